@@ -1,0 +1,14 @@
+// csrc/bindings/bindings.h: one registration function per binding file, called by module.cpp.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace turbo_physai::bindings {
+
+namespace nb = nanobind;
+
+void bind_planner(nb::module_ &m);
+void bind_journal(nb::module_ &m);
+void bind_dispatcher(nb::module_ &m);
+
+}  // namespace turbo_physai::bindings

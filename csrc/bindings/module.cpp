@@ -1,0 +1,9 @@
+// csrc/bindings/module.cpp: entry point of turbo_physai._core; each binding file adds its part.
+#include "bindings.h"
+
+NB_MODULE(_core, m) {
+    m.doc() = "Private compiled core of turbo_physai. Use the public Python API instead.";
+    turbo_physai::bindings::bind_planner(m);
+    turbo_physai::bindings::bind_journal(m);
+    turbo_physai::bindings::bind_dispatcher(m);
+}

@@ -1,0 +1,10 @@
+# tools/setup.sh: sourced by the other tools. Creates .venv and installs turbo_physai with its
+# test dependencies; installs the system packages the C++ tests need when they are missing.
+if [ ! -f /usr/include/gtest/gtest.h ] || ! command -v ninja >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq libgtest-dev ninja-build >/dev/null
+fi
+[ -d .venv ] || python3 -m venv .venv
+source .venv/bin/activate
+# torch==2.13.0 is the CPU build this machine kind keeps on disk; a bare `torch` would pull CUDA.
+python -m pip install -q torch==2.13.0 ruff
+python -m pip install -q ".[test]"
