@@ -3,4 +3,33 @@
 Importing this package never imports torch; only the operators in ``turbo_physai.ops`` need it.
 """
 
+from .config import GroupSelection, OptimizationConfig, Trust, load_config
+from .engine.catalog import registry
+from .engine.context import CompatibilityContext, CompatibilityResult
+from .engine.declarations import DeclarationError, Group, group, replace, replace_import, wrap
+from .engine.report import OptimizationReport
+from .engine.session import ApplyError, active_report, apply, check, rollback
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "ApplyError",
+    "CompatibilityContext",
+    "CompatibilityResult",
+    "DeclarationError",
+    "Group",
+    "GroupSelection",
+    "OptimizationConfig",
+    "OptimizationReport",
+    "Trust",
+    "active_report",
+    "apply",
+    "check",
+    "group",
+    "load_config",
+    "registry",
+    "replace",
+    "replace_import",
+    "rollback",
+    "wrap",
+]

@@ -99,3 +99,9 @@ TEST(Planner, EmptyRequestGivesEmptyPlan) {
     EXPECT_TRUE(plan.order.empty());
     EXPECT_TRUE(plan.conflicts.empty());
 }
+
+TEST(Planner, OnlyTheClosureIsValidated) {
+    std::vector<GroupNode> catalog{node("ok"), node("broken", {"missing"})};
+    EXPECT_EQ(plan_groups(catalog, {"ok"}).order, (std::vector<std::string>{"ok"}));
+    EXPECT_THROW(turbo_physai::validate_catalog(catalog), PlanError);
+}

@@ -66,23 +66,25 @@ std::string find_cycle(const std::vector<GroupNode> &catalog, const Index &index
     return {};
 }
 
+void check_phase(const GroupNode &group, const GroupNode &dependency) {
+    if (group.import_compat && !dependency.import_compat)
+        throw PlanError("import-compatibility group '" + group.id +
+                        "' may depend only on import-compatibility groups, not on '" +
+                        dependency.id + "'");
+}
+
 }  // namespace
 
 void validate_catalog(const std::vector<GroupNode> &catalog) {
     Index index = index_catalog(catalog);
     for (const auto &group : catalog) {
-        for (const auto &dep : group.depends_on) {
-            const auto &target = catalog[lookup(index, dep, group.id)];
-            if (group.import_compat && !target.import_compat)
-                throw PlanError("import-compatibility group '" + group.id +
-                                "' may depend only on import-compatibility groups, not on '" +
-                                dep + "'");
-        }
+        for (const auto &dep : group.depends_on)
+            check_phase(group, catalog[lookup(index, dep, group.id)]);
     }
 }
 
 Plan plan_groups(const std::vector<GroupNode> &catalog, const std::vector<std::string> &requested) {
-    validate_catalog(catalog);
+    // Only the closure is validated: an unrelated broken group elsewhere must not block this plan.
     Index index = index_catalog(catalog);
 
     // Closure, remembering which groups were asked for.
@@ -102,7 +104,8 @@ Plan plan_groups(const std::vector<GroupNode> &catalog, const std::vector<std::s
         pending.pop_back();
         closure.push_back(node);
         for (const auto &dep : catalog[node].depends_on) {
-            std::size_t next = index.at(dep);
+            std::size_t next = lookup(index, dep, catalog[node].id);
+            check_phase(catalog[node], catalog[next]);
             if (!in_closure[next]) {
                 in_closure[next] = true;
                 pending.push_back(next);

@@ -1,0 +1,176 @@
+"""replace and wrap: install a new object at a target path and at its declared aliases.
+
+The descriptor kind is kept: a staticmethod/classmethod target receives the new function wrapped
+the same way, so callers see no difference. With a runtime_condition the installed object is the
+C++ Dispatcher choosing between the replacement and the original on every call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import _core
+from .. import kinds
+from ..declarations import Replace, Wrap
+from ..evidence import accessors, hashes
+from ..paths import Location, ResolutionError, resolve, resolve_object, unwrap_descriptor
+from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
+from .base import Prepared, PrepareContext, Transaction
+
+
+class ObjectPatch(Prepared):
+    def __init__(self, decl: Replace, checks: list[Check]):
+        super().__init__(decl, checks)
+        self.locations: list[Location] = []
+        self.value: Any = None
+        self._entries: list[int] = []
+
+    def snapshot(self, tx: Transaction) -> None:
+        self._entries = [tx.snapshot(loc.owner, loc.name, loc.path) for loc in self.locations]
+
+    def install(self, tx: Transaction) -> None:
+        for entry, loc in zip(self._entries, self.locations):
+            tx.set(entry, _as_descriptor(loc.found, self.value), loc.path)
+
+
+def _as_descriptor(found: Any, value: Any) -> Any:
+    if isinstance(found, staticmethod):
+        return staticmethod(value)
+    if isinstance(found, classmethod):
+        return classmethod(value)
+    return value
+
+
+def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
+    patch = ObjectPatch(decl, [])
+    checks = patch.checks
+    try:
+        target = resolve(decl.target)
+    except ResolutionError as err:
+        checks.append(Check("target.resolve", FAIL, str(err), reason="target.unresolved"))
+        return patch
+    kind = kinds.kind_of(target.found)
+    original = unwrap_descriptor(target.found)
+    checks.append(Check("target.resolve", PASS, actual=kind))
+    patch.locations.append(target)
+    _check_aliases(decl, original, patch)
+    _check_evidence(decl, target, ctx, checks)
+
+    try:
+        new = resolve_object(decl.replacement)
+    except ResolutionError as err:
+        checks.append(Check("replacement.resolve", FAIL, str(err), reason="replacement.unresolved"))
+        return patch
+    if isinstance(decl, Wrap):
+        if not callable(new):
+            checks.append(Check("wrap.factory", FAIL, f"{decl.replacement!r} is not callable",
+                                reason="factory.error"))
+            return patch
+        try:
+            new = new(original, dict(ctx.options))
+        except Exception as err:
+            checks.append(Check("wrap.factory", FAIL, f"{type(err).__name__}: {err}",
+                                reason="factory.error"))
+            return patch
+        checks.append(Check("wrap.factory", PASS))
+
+    if not kinds.kinds_match(kind, new):
+        checks.append(Check("target.kind", FAIL, "replacement is not the kind of the target",
+                            expected=kind, actual=kinds.kind_of(new), reason="kind.mismatch"))
+        return patch
+    checks.append(Check("target.kind", PASS, expected=kind, actual=kinds.kind_of(new)))
+    checks.append(_signature_check(target.found, new))
+
+    value = new
+    if decl.runtime_condition is not None:
+        condition = _condition(decl, kind, original, checks)
+        if condition is None:
+            return patch
+        value = _core.Dispatcher(original, new, condition, decl.runtime_condition)
+        ctx.report.dispatchers[decl.target] = value
+    patch.value = value
+    return patch
+
+
+def _check_aliases(decl: Replace, original: Any, patch: ObjectPatch) -> None:
+    for alias in decl.aliases:
+        try:
+            loc = resolve(alias)
+        except ResolutionError as err:
+            patch.checks.append(Check("alias.resolve", FAIL, str(err), reason="alias.unresolved"))
+            continue
+        found = unwrap_descriptor(loc.found)
+        if found is not original:
+            patch.checks.append(Check(
+                "alias.identity", FAIL, f"{alias!r} is not the same object as the target",
+                expected=repr(original), actual=repr(found), reason="alias.identity_mismatch"))
+            continue
+        patch.checks.append(Check("alias.identity", PASS, alias))
+        patch.locations.append(loc)
+
+
+def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks: list[Check]):
+    if ctx.trust.empty:
+        checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
+        return
+    for accessor, obj in accessors(target.found):
+        source, tree = hashes(obj)
+        label = f"{decl.target}.{accessor}" if accessor else decl.target
+        if source in ctx.trust.source_hashes or tree in ctx.trust.ast_hashes:
+            checks.append(Check("source.identity", PASS, label, actual=source))
+        else:
+            checks.append(Check(
+                "source.identity", FAIL, f"{label} changed since the config was generated",
+                expected={"source": list(ctx.trust.source_hashes), "ast": list(ctx.trust.ast_hashes)},
+                actual={"source": source, "ast": tree}, overrideable=True, reason="source.identity"))
+
+
+def _signature_check(found: Any, new: Any) -> Check:
+    if isinstance(found, property):
+        for name in ("fget", "fset", "fdel"):
+            mine, theirs = getattr(found, name), getattr(new, name)
+            if mine is not None and theirs is None:
+                return Check("target.signature", FAIL, f"replacement property has no {name}",
+                             reason="signature.mismatch")
+            if mine is not None:
+                check = _compare(mine, theirs, name)
+                if check.status != PASS:
+                    return check
+        return Check("target.signature", PASS)
+    return _compare(unwrap_descriptor(found), new, "")
+
+
+def _compare(original: Any, new: Any, what: str) -> Check:
+    sig_o, sig_n = kinds.signature_of(original), kinds.signature_of(new)
+    prefix = f"{what}: " if what else ""
+    if sig_o is None or sig_n is None:
+        return Check("target.signature", UNKNOWN, f"{prefix}signature not available",
+                     expected=str(sig_o), actual=str(sig_n))
+    problem = kinds.accepts(sig_o, sig_n)
+    if problem:
+        return Check("target.signature", FAIL, prefix + problem, expected=str(sig_o),
+                     actual=str(sig_n), reason="signature.mismatch")
+    return Check("target.signature", PASS, expected=str(sig_o), actual=str(sig_n))
+
+
+def _condition(decl: Replace, kind: str, original: Any, checks: list[Check]) -> Any:
+    if kind not in kinds.DISPATCHABLE:
+        checks.append(Check(
+            "runtime_condition.kind", FAIL, f"runtime_condition is not supported on a {kind}",
+            expected=sorted(kinds.DISPATCHABLE), actual=kind,
+            reason="runtime_condition.unsupported_kind"))
+        return None
+    try:
+        condition = resolve_object(decl.runtime_condition)
+    except ResolutionError as err:
+        checks.append(Check("runtime_condition.resolve", FAIL, str(err),
+                            reason="runtime_condition.unresolved"))
+        return None
+    if not callable(condition):
+        checks.append(Check("runtime_condition.resolve", FAIL, "condition is not callable",
+                            reason="runtime_condition.unresolved"))
+        return None
+    check = _compare(original, condition, "runtime_condition")
+    check.code = "runtime_condition.signature"
+    checks.append(check)
+    return None if check.status == FAIL else condition

@@ -1,0 +1,269 @@
+"""check, apply, rollback: plan the selected groups, prepare them, decide, install, report.
+
+One code path serves both check and apply. check installs import-compatibility groups into a
+scratch journal (later groups may need their placeholders to resolve) and restores the journal
+before returning; apply keeps what it installed until rollback().
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _core
+from ..config import GroupSelection, OptimizationConfig, Trust, load_config
+from . import mechanisms
+from .catalog import planner_node, registry
+from .context import CompatibilityContext, CompatibilityResult, TargetInfo
+from .declarations import Group
+from .paths import ResolutionError, resolve_object
+from .report import (
+    APPLIED, APPLY, BLOCK, BLOCKED, CHECKED, FAIL, NOT_STARTED, PASS, ROLLED_BACK, SKIP, SKIPPED,
+    Check, GroupReport, OptimizationReport,
+)
+
+ConfigLike = OptimizationConfig | str | os.PathLike[str] | None
+
+
+class ApplyError(RuntimeError):
+    """apply() could not proceed (already active) or, with strict=True, did not apply fully."""
+
+    def __init__(self, message: str, report: OptimizationReport | None = None):
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class _Active:
+    journal: Any
+    report: OptimizationReport
+
+
+_lock = threading.RLock()
+_active: _Active | None = None
+
+
+@dataclass
+class _Selection:
+    catalog: list[Group]
+    requested: list[str]
+    selections: dict[str, GroupSelection] = field(default_factory=dict)
+
+
+def _select(config: ConfigLike, groups: Sequence[Group | str] | None) -> _Selection:
+    if config is None and groups is None:
+        raise ValueError("nothing selected: pass a config or groups=[...]")
+    if config is not None and not isinstance(config, OptimizationConfig):
+        config = load_config(config)
+    known: dict[str, Group] = {g.id: g for g in registry.groups()}
+    selections: dict[str, GroupSelection] = {}
+    requested: list[str] = []
+    for sel in config.groups if config else ():
+        selections[sel.id] = sel
+        requested.append(sel.id)
+    for item in groups or ():
+        if isinstance(item, Group):
+            other = known.get(item.id)
+            if other is not None and other != item:
+                raise ValueError(
+                    f"group {item.id!r} passed in groups= differs from the one declared by "
+                    f"{other.source!r}"
+                )
+            known[item.id] = item
+            requested.append(item.id)
+        elif isinstance(item, str):
+            requested.append(item)
+        else:
+            raise TypeError(f"groups= takes Group objects or group IDs, got {item!r}")
+    return _Selection(list(known.values()), requested, selections)
+
+
+def check(
+    config: ConfigLike = None,
+    *,
+    groups: Sequence[Group | str] | None = None,
+    force_groups: Iterable[str] = (),
+    disable_groups: Iterable[str] = (),
+) -> OptimizationReport:
+    """Decide for every selected group whether it would apply; install nothing."""
+    with _lock:
+        report, journal = _run("check", config, groups, force_groups, disable_groups)
+        report.rollback = journal.restore_all()
+        return report
+
+
+def apply(
+    config: ConfigLike = None,
+    *,
+    groups: Sequence[Group | str] | None = None,
+    force_groups: Iterable[str] = (),
+    disable_groups: Iterable[str] = (),
+    strict: bool = False,
+) -> OptimizationReport:
+    """Apply the selected groups, each atomically. rollback() undoes everything."""
+    global _active
+    with _lock:
+        if _active is not None:
+            raise ApplyError("an apply() is already active; call turbo_physai.rollback() first")
+        report, journal = _run("apply", config, groups, force_groups, disable_groups)
+        if strict and not report.ok:
+            report.rollback = journal.restore_all()
+            bad = [f"{g.id} ({g.status}: {', '.join(g.reasons) or g.error})"
+                   for g in report.groups if g.status in (BLOCKED, ROLLED_BACK, NOT_STARTED)]
+            raise ApplyError("strict apply failed, everything rolled back: " + "; ".join(bad),
+                             report)
+        _active = _Active(journal, report)
+        return report
+
+
+def rollback() -> dict[str, Any]:
+    """Restore every object apply() replaced, in reverse order. Returns what was restored,
+    what a third party had patched on top of us (left in place), and what failed."""
+    global _active
+    with _lock:
+        if _active is None:
+            return {"restored": [], "drifted": [], "failed": []}
+        outcome = _active.journal.restore_all()
+        _active.report.rollback = outcome
+        _active = None
+    if outcome["drifted"] or outcome["failed"]:
+        warnings.warn(f"turbo_physai.rollback was not exact: {outcome}", RuntimeWarning,
+                      stacklevel=2)
+    return outcome
+
+
+def active_report() -> OptimizationReport | None:
+    """The report of the apply() in force, if any."""
+    return _active.report if _active else None
+
+
+def _run(mode, config, groups, force_groups, disable_groups):
+    selection = _select(config, groups)
+    by_id = {g.id: g for g in selection.catalog}
+    plan = _core.plan_groups([planner_node(g) for g in selection.catalog], selection.requested)
+    force, disable = set(force_groups), set(disable_groups)
+    for name, ids in (("force_groups", force), ("disable_groups", disable)):
+        unknown = sorted(ids - set(plan.order))
+        if unknown:
+            raise ValueError(f"{name} names groups that are not selected: {unknown}")
+    disable |= {s.id for s in selection.selections.values() if not s.enabled}
+
+    conflicts: dict[str, list[Check]] = {}
+    for c in plan.conflicts:
+        for me, other in ((c.first, c.second), (c.second, c.first)):
+            conflicts.setdefault(me, []).append(Check(
+                "conflict.target", FAIL, f"{c.path!r} is also written by group {other!r}",
+                actual=other, reason="conflict.target"))
+
+    report = OptimizationReport(mode)
+    journal = _core.Journal()
+    done: dict[str, GroupReport] = {}
+    for gid in plan.order:
+        group = by_id[gid]
+        gr = GroupReport(gid, added_by_dependency=gid in plan.added)
+        report.groups.append(gr)
+        done[gid] = gr
+        if gid in disable:
+            gr.decision, gr.status = SKIP, SKIPPED
+            continue
+        sel = selection.selections.get(gid) or GroupSelection(gid)
+        _run_group(mode, group, sel, gr, done, conflicts.get(gid, []), gid in force, journal)
+    return report, journal
+
+
+def _run_group(mode, group, sel, gr, done, conflict_checks, forced, journal) -> None:
+    t0 = time.perf_counter()
+    gr.checks.extend(conflict_checks)
+    failed_dep = False
+    for dep in group.depends_on:
+        d = done[dep]
+        if d.decision == APPLY and d.status in (ROLLED_BACK, NOT_STARTED):
+            failed_dep = True
+            gr.checks.append(Check("dependency", FAIL, f"dependency {dep!r} is {d.status}",
+                                   actual=d.status, reason="dependency.failed"))
+        elif d.decision != APPLY:
+            gr.checks.append(Check("dependency", FAIL, f"dependency {dep!r}: {d.decision}",
+                                   actual=d.decision, reason="dependency.blocked"))
+        else:
+            gr.checks.append(Check("dependency", PASS, dep))
+    if failed_dep and mode == "apply":
+        gr.status = NOT_STARTED
+        return
+    prepared = []
+    if not any(c.blocks for c in gr.checks):
+        gr.checks.append(_compatibility(group, sel))
+    if not any(c.blocks for c in gr.checks):
+        ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust or Trust(), gr)
+        for decl in group.declarations:
+            p = mechanisms.prepare(decl, ctx)
+            prepared.append(p)
+            gr.checks.extend(p.checks)
+    for c in gr.checks:
+        if c.status == FAIL and c.overrideable and forced:
+            c.forced = True
+    gr.timings_ms["prepare"] = (time.perf_counter() - t0) * 1e3
+    if any(c.blocks for c in gr.checks):
+        gr.decision, gr.status = BLOCK, BLOCKED
+        gr.dispatchers.clear()
+        return
+    if mode == "check" and not group.import_compat:
+        gr.status = CHECKED
+        gr.targets = [path for p in prepared for path in _would_write(p)]
+        return
+    _install(mode, group, prepared, gr, journal)
+
+
+def _would_write(p) -> list[str]:
+    return list(p.declaration.writes) if p.ok else []
+
+
+def _install(mode, group, prepared, gr, journal) -> None:
+    t0 = time.perf_counter()
+    tx = mechanisms.Transaction(journal, group.id, gr)
+    try:
+        for p in prepared:
+            p.snapshot(tx)
+        for p in prepared:
+            p.install(tx)
+    except Exception as err:
+        gr.restore = journal.restore_group(group.id)
+        gr.error = f"{type(err).__name__}: {err}"
+        gr.targets.clear()
+        gr.dispatchers.clear()
+        if mode == "check":
+            gr.checks.append(Check("install", FAIL, gr.error, reason="install.error"))
+            gr.decision, gr.status = BLOCK, BLOCKED
+        else:
+            gr.status = ROLLED_BACK
+    else:
+        gr.status = APPLIED if mode == "apply" else CHECKED
+    gr.timings_ms["install"] = (time.perf_counter() - t0) * 1e3
+
+
+def _compatibility(group: Group, sel: GroupSelection) -> Check:
+    if group.compatibility_check is None:
+        return Check("compatibility_check", "not_applicable")
+    code = "compatibility_check"
+    try:
+        fn = resolve_object(group.compatibility_check)
+    except ResolutionError as err:
+        return Check(code, FAIL, str(err), reason="compatibility.error")
+    targets = tuple(TargetInfo(path, d.kind) for d in group.declarations for path in d.writes)
+    try:
+        result = fn(CompatibilityContext(group.id, sel.options, targets))
+    except Exception as err:
+        return Check(code, FAIL, f"{group.compatibility_check} raised {type(err).__name__}: {err}",
+                     reason="compatibility.error")
+    if not isinstance(result, CompatibilityResult):
+        return Check(code, FAIL, f"{group.compatibility_check} returned "
+                     f"{type(result).__name__}, expected CompatibilityResult",
+                     reason="compatibility.error")
+    if not result.compatible:
+        return Check(code, FAIL, result.reason, result.expected, result.actual,
+                     reason="compatibility.incompatible")
+    return Check(code, PASS, result.reason, result.expected, result.actual)
