@@ -13,8 +13,8 @@ import turbo_physai as tpa
 from turbo_physai import group, replace, replace_import, wrap
 from turbo_physai.compatibility import import_alias, optional_import, registry_override
 
-L = "tpa_fixture_lib"
-O = "tpa_fixture_opt"
+LIB = "tpa_fixture_lib"
+OPT = "tpa_fixture_opt"
 
 
 def roundtrip(*groups, modules=(), **kwargs):
@@ -31,20 +31,27 @@ def finish(before, modules=(), imported=()):
 
 
 def test_function_with_aliases():
-    g = group("gauss", replace(f"{L}.shapes.gaussian_2d", f"{O}.gaussian_2d",
-                               aliases=(f"{L}.utils.gaussian_2d", f"{L}.gaussian_2d")))
+    g = group(
+        "gauss",
+        replace(
+            f"{LIB}.shapes.gaussian_2d",
+            f"{OPT}.gaussian_2d",
+            aliases=(f"{LIB}.utils.gaussian_2d", f"{LIB}.gaussian_2d"),
+        ),
+    )
     before, report = roundtrip(g)
     assert report.group("gauss").status == "applied"
     assert shapes.gaussian_2d is opt.gaussian_2d
     assert utils.gaussian_2d is opt.gaussian_2d and lib.gaussian_2d is opt.gaussian_2d
     assert sorted(report.group("gauss").targets) == sorted(
-        [f"{L}.shapes.gaussian_2d", f"{L}.utils.gaussian_2d", f"{L}.gaussian_2d"])
+        [f"{LIB}.shapes.gaussian_2d", f"{LIB}.utils.gaussian_2d", f"{LIB}.gaussian_2d"]
+    )
     finish(before)
     assert shapes.gaussian_2d((2, 2))[0] == "stock"
 
 
 def test_undeclared_alias_is_left_alone():
-    g = group("gauss", replace(f"{L}.shapes.gaussian_2d", f"{O}.gaussian_2d"))
+    g = group("gauss", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
     before, _ = roundtrip(g)
     assert shapes.gaussian_2d is opt.gaussian_2d
     assert utils.gaussian_2d((1,))[0] == "stock"
@@ -52,18 +59,23 @@ def test_undeclared_alias_is_left_alone():
 
 
 def test_builtin_extension_functions():
-    g = group("msda", replace(f"{L}._ext.ms_deform_attn_forward", f"{O}.ms_deform_attn_forward"),
-              replace(f"{L}._ext.ms_deform_attn_backward", f"{O}.ms_deform_attn_backward"))
+    g = group(
+        "msda",
+        replace(f"{LIB}._ext.ms_deform_attn_forward", f"{OPT}.ms_deform_attn_forward"),
+        replace(f"{LIB}._ext.ms_deform_attn_backward", f"{OPT}.ms_deform_attn_backward"),
+    )
     before, report = roundtrip(g)
     assert _ext.ms_deform_attn_forward(1, 2) == ("fast", 1, 2)
-    statuses = {c.code: c.status for c in report.group("msda").checks if c.code.startswith("target.sig")}
+    statuses = {
+        c.code: c.status for c in report.group("msda").checks if c.code.startswith("target.sig")
+    }
     assert statuses  # signature checked (builtin hypot has none: unknown, not a block)
     finish(before)
     assert _ext.ms_deform_attn_forward(1, 2) == 3
 
 
 def test_property_keeps_kind_and_restores():
-    g = group("sparse", replace(f"{L}.shapes.SparseTensor.sparity", f"{O}.sparity"))
+    g = group("sparse", replace(f"{LIB}.shapes.SparseTensor.sparity", f"{OPT}.sparity"))
     before, _ = roundtrip(g)
     assert isinstance(vars(shapes.SparseTensor)["sparity"], property)
     assert shapes.SparseTensor(1, 4).sparity == ("fast", 0.25)
@@ -72,8 +84,11 @@ def test_property_keeps_kind_and_restores():
 
 
 def test_staticmethod_and_classmethod_stay_descriptors():
-    g = group("desc", replace(f"{L}.shapes.SparseTensor.make", f"{O}.make"),
-              replace(f"{L}.shapes.SparseTensor.build", f"{O}.build"))
+    g = group(
+        "desc",
+        replace(f"{LIB}.shapes.SparseTensor.make", f"{OPT}.make"),
+        replace(f"{LIB}.shapes.SparseTensor.build", f"{OPT}.build"),
+    )
     before, _ = roundtrip(g)
     raw = vars(shapes.SparseTensor)
     assert isinstance(raw["make"], staticmethod) and isinstance(raw["build"], classmethod)
@@ -85,7 +100,7 @@ def test_staticmethod_and_classmethod_stay_descriptors():
 
 
 def test_inherited_method_is_deleted_on_rollback():
-    g = group("child", replace(f"{L}.shapes.Child.forward", f"{O}.forward"))
+    g = group("child", replace(f"{LIB}.shapes.Child.forward", f"{OPT}.forward"))
     before, _ = roundtrip(g)
     assert "forward" in vars(shapes.Child)
     assert shapes.Child().forward(2) == ("fast", 2) and shapes.Base().forward(2) == ("stock", 2)
@@ -94,7 +109,7 @@ def test_inherited_method_is_deleted_on_rollback():
 
 
 def test_class_replacement():
-    g = group("layer", replace(f"{L}.shapes.Layer", f"{O}.Layer"))
+    g = group("layer", replace(f"{LIB}.shapes.Layer", f"{OPT}.Layer"))
     before, _ = roundtrip(g)
     assert shapes.Layer(3).channels == 6
     finish(before)
@@ -102,7 +117,7 @@ def test_class_replacement():
 
 
 def test_wrap_receives_original_and_options():
-    g = group("w", wrap(f"{L}.shapes.Base.forward", f"{O}.counting_wrapper"))
+    g = group("w", wrap(f"{LIB}.shapes.Base.forward", f"{OPT}.counting_wrapper"))
     cfg = tpa.OptimizationConfig((tpa.GroupSelection("w", options={"tag": "t1"}),))
     before = capture()
     report = tpa.apply(cfg, groups=[g])
@@ -112,32 +127,32 @@ def test_wrap_receives_original_and_options():
 
 
 def test_replace_import_registers_module_and_parent_attribute():
-    target = f"{L}.flash_attention"
-    g = group("ri", replace_import(target, f"{L}.mha"))
+    target = f"{LIB}.flash_attention"
+    g = group("ri", replace_import(target, f"{LIB}.mha"))
     modules = (target,)
     before, _ = roundtrip(g, modules=modules)
     import tpa_fixture_lib.flash_attention as fa  # resolved through sys.modules
 
-    assert fa is sys.modules[f"{L}.mha"] and lib.flash_attention is fa
+    assert fa is sys.modules[f"{LIB}.mha"] and lib.flash_attention is fa
     finish(before, modules)
     assert target not in sys.modules and "flash_attention" not in vars(lib)
 
 
 def test_optional_import_placeholder_only_when_missing():
-    missing = f"{L}.feature_decorator_ext"
-    g = group("opt", optional_import(missing), optional_import(f"{L}.mha"))
-    before, report = roundtrip(g, modules=(missing, f"{L}.mha"))
+    missing = f"{LIB}.feature_decorator_ext"
+    g = group("opt", optional_import(missing), optional_import(f"{LIB}.mha"))
+    before, report = roundtrip(g, modules=(missing, f"{LIB}.mha"))
     placeholder = sys.modules[missing]
     assert placeholder.__turbo_physai_placeholder__ is True
-    assert not getattr(sys.modules[f"{L}.mha"], "__turbo_physai_placeholder__", False)
+    assert not getattr(sys.modules[f"{LIB}.mha"], "__turbo_physai_placeholder__", False)
     codes = [(c.code, c.status) for c in report.group("opt").checks]
     assert ("optional_import.module", "not_applicable") in codes
-    finish(before, (missing, f"{L}.mha"))
+    finish(before, (missing, f"{LIB}.mha"))
     assert missing not in sys.modules
 
 
 def test_import_alias_adds_and_removes_name():
-    g = group("alias", import_alias(f"{L}.mha", "MHA", "FlashMHA"))
+    g = group("alias", import_alias(f"{LIB}.mha", "MHA", "FlashMHA"))
     import tpa_fixture_lib.mha as mha
 
     before = capture()
@@ -148,10 +163,12 @@ def test_import_alias_adds_and_removes_name():
 
 
 def test_registry_override_forces_declared_names_only():
-    module = f"{L}.plugin_conv"
+    module = f"{LIB}.plugin_conv"
     sys.modules.pop(module, None)
-    g = group("reg", registry_override(module, f"{L}.registry.CONV_LAYERS",
-                                       ("SparseConv3d", "SubMConv3d")))
+    g = group(
+        "reg",
+        registry_override(module, f"{LIB}.registry.CONV_LAYERS", ("SparseConv3d", "SubMConv3d")),
+    )
     before, report = roundtrip(g, modules=())
     table = registry.CONV_LAYERS.module_dict
     assert table["SparseConv3d"].origin == "plugin" and table["SubMConv3d"].origin == "plugin"
@@ -167,9 +184,9 @@ def test_registry_override_forces_declared_names_only():
 
 
 def test_registry_override_keeps_duplicate_rule_for_other_names():
-    module = f"{L}.plugin_clash"
+    module = f"{LIB}.plugin_clash"
     sys.modules.pop(module, None)
-    g = group("clash", registry_override(module, f"{L}.registry.CONV_LAYERS", ("SparseConv3d",)))
+    g = group("clash", registry_override(module, f"{LIB}.registry.CONV_LAYERS", ("SparseConv3d",)))
     before = capture()
     report = tpa.apply(groups=[g])
     gr = report.group("clash")
@@ -192,10 +209,7 @@ def test_real_mmengine_registry():
     sys.modules["tpa_mmengine_holder"] = holder
     plugin = types.ModuleType("tpa_mmengine_plugin")
     plugin.__spec__ = None
-    source = (
-        "from tpa_mmengine_holder import REG\n"
-        "@REG.register_module()\nclass Net:\n    pass\n"
-    )
+    source = "from tpa_mmengine_holder import REG\n@REG.register_module()\nclass Net:\n    pass\n"
 
     class Loader:
         def create_module(self, spec):
@@ -229,7 +243,7 @@ def test_real_mmengine_registry():
 
 
 def test_apply_twice_is_an_error_and_apply_after_rollback_works():
-    g = group("gauss", replace(f"{L}.shapes.gaussian_2d", f"{O}.gaussian_2d"))
+    g = group("gauss", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
     before = capture()
     tpa.apply(groups=[g])
     with pytest.raises(tpa.ApplyError, match="already active"):
@@ -241,10 +255,12 @@ def test_apply_twice_is_an_error_and_apply_after_rollback_works():
 
 
 def test_check_installs_nothing_and_removes_placeholders():
-    missing = f"{L}.never_there"
-    g1 = group("compat", optional_import(missing), replace_import(f"{L}.old_mha", f"{L}.mha"))
-    g2 = group("gauss", replace(f"{L}.shapes.gaussian_2d", f"{O}.gaussian_2d"), depends_on="compat")
-    modules = (missing, f"{L}.old_mha")
+    missing = f"{LIB}.never_there"
+    g1 = group("compat", optional_import(missing), replace_import(f"{LIB}.old_mha", f"{LIB}.mha"))
+    g2 = group(
+        "gauss", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"), depends_on="compat"
+    )
+    modules = (missing, f"{LIB}.old_mha")
     before = capture(modules)
     report = tpa.check(groups=[g1, g2])
     assert [g.decision for g in report.groups] == ["apply", "apply"]
@@ -254,8 +270,14 @@ def test_check_installs_nothing_and_removes_placeholders():
 
 
 def test_signature_is_the_originals_through_the_engine():
-    g = group("gauss", replace(f"{L}.shapes.gaussian_2d", f"{O}.gaussian_2d",
-                               runtime_condition=f"{O}.positive_fn"))
+    g = group(
+        "gauss",
+        replace(
+            f"{LIB}.shapes.gaussian_2d",
+            f"{OPT}.gaussian_2d",
+            runtime_condition=f"{OPT}.positive_fn",
+        ),
+    )
     before = capture()
     tpa.apply(groups=[g])
     assert str(inspect.signature(shapes.gaussian_2d)) == "(shape, sigma=1, device=None, dtype=None)"

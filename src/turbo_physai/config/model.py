@@ -69,7 +69,14 @@ def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
         raise ConfigError(f"{where}: expected a mapping at the top level")
     if data.get("schema_version") != SCHEMA:
         raise ConfigError(f"{where}: schema_version must be {SCHEMA!r}")
-    allowed = {"schema_version", "kind", "metadata", "model", "compatibility", "optimization_groups"}
+    allowed = {
+        "schema_version",
+        "kind",
+        "metadata",
+        "model",
+        "compatibility",
+        "optimization_groups",
+    }
     for key in data:
         if key not in allowed:
             raise ConfigError(f"{where}: unknown key {key!r}")
@@ -79,7 +86,9 @@ def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
             raise ConfigError(f"{where}: optimization_groups[{i}] needs a string 'id'")
         unknown = set(entry) - {"id", "enabled", "options", "trust"}
         if unknown:
-            raise ConfigError(f"{where}: optimization_groups[{i}]: unknown key {sorted(unknown)[0]!r}")
+            raise ConfigError(
+                f"{where}: optimization_groups[{i}]: unknown key {sorted(unknown)[0]!r}"
+            )
         trust = entry.get("trust") or {}
         selections.append(
             GroupSelection(

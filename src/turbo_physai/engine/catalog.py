@@ -11,7 +11,9 @@ from .declarations import DeclarationError, Group
 
 
 def planner_node(group: Group) -> _core.GroupNode:
-    return _core.GroupNode(group.id, group.import_compat, list(group.depends_on), list(group.writes))
+    return _core.GroupNode(
+        group.id, group.import_compat, list(group.depends_on), list(group.writes)
+    )
 
 
 class GroupRegistry:

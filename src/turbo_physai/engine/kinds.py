@@ -85,13 +85,9 @@ def accepts(original: inspect.Signature, candidate: inspect.Signature) -> str | 
             return f"a call the original accepts fails on the replacement: {err}"
     # Keyword use of positional-or-keyword parameters must keep working too.
     by_name = {
-        p.name: p.name
-        for p in original.parameters.values()
-        if p.kind is P.POSITIONAL_OR_KEYWORD
+        p.name: p.name for p in original.parameters.values() if p.kind is P.POSITIONAL_OR_KEYWORD
     }
-    only_pos = [
-        p.name for p in original.parameters.values() if p.kind is P.POSITIONAL_ONLY
-    ]
+    only_pos = [p.name for p in original.parameters.values() if p.kind is P.POSITIONAL_ONLY]
     try:
         candidate.bind(*only_pos, **by_name, **keywords)
     except TypeError as err:

@@ -99,7 +99,9 @@ def resolve(path: str) -> Location:
     raw = namespace[name] if name in namespace else MISSING
     found = raw if raw is not MISSING else lookup_raw(owner, name)
     if found is MISSING:
-        raise ResolutionError(f"cannot resolve {path!r}: {name!r} does not exist on {_describe(owner)}")
+        raise ResolutionError(
+            f"cannot resolve {path!r}: {name!r} does not exist on {_describe(owner)}"
+        )
     return Location(path, owner, name, raw, found)
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 # Check statuses.
-PASS, WARNING, FAIL, UNKNOWN, NOT_APPLICABLE = "pass", "warning", "fail", "unknown", "not_applicable"
+PASS, WARNING, FAIL, UNKNOWN, NOT_APPLICABLE = (
+    "pass",
+    "warning",
+    "fail",
+    "unknown",
+    "not_applicable",
+)
 # Decisions.
 APPLY, SKIP, BLOCK = "apply", "skip", "block"
 # Group states after check/apply.
@@ -160,8 +166,7 @@ class OptimizationReport:
         lines = [f"# turbo_physai {self.mode} report", ""]
         s = self.summary
         lines.append(
-            f"{s['groups']} groups: "
-            + ", ".join(f"{n} {k}" for k, n in s["decisions"].items())
+            f"{s['groups']} groups: " + ", ".join(f"{n} {k}" for k, n in s["decisions"].items())
         )
         lines += ["", "| group | decision | status | reasons | targets |", "|---|---|---|---|---|"]
         for g in self.groups:

@@ -23,8 +23,20 @@ from .context import CompatibilityContext, CompatibilityResult, TargetInfo
 from .declarations import Group
 from .paths import ResolutionError, resolve_object
 from .report import (
-    APPLIED, APPLY, BLOCK, BLOCKED, CHECKED, FAIL, NOT_STARTED, PASS, ROLLED_BACK, SKIP, SKIPPED,
-    Check, GroupReport, OptimizationReport,
+    APPLIED,
+    APPLY,
+    BLOCK,
+    BLOCKED,
+    CHECKED,
+    FAIL,
+    NOT_STARTED,
+    PASS,
+    ROLLED_BACK,
+    SKIP,
+    SKIPPED,
+    Check,
+    GroupReport,
+    OptimizationReport,
 )
 
 ConfigLike = OptimizationConfig | str | os.PathLike[str] | None
@@ -113,10 +125,14 @@ def apply(
         report, journal = _run("apply", config, groups, force_groups, disable_groups)
         if strict and not report.ok:
             report.rollback = journal.restore_all()
-            bad = [f"{g.id} ({g.status}: {', '.join(g.reasons) or g.error})"
-                   for g in report.groups if g.status in (BLOCKED, ROLLED_BACK, NOT_STARTED)]
-            raise ApplyError("strict apply failed, everything rolled back: " + "; ".join(bad),
-                             report)
+            bad = [
+                f"{g.id} ({g.status}: {', '.join(g.reasons) or g.error})"
+                for g in report.groups
+                if g.status in (BLOCKED, ROLLED_BACK, NOT_STARTED)
+            ]
+            raise ApplyError(
+                "strict apply failed, everything rolled back: " + "; ".join(bad), report
+            )
         _active = _Active(journal, report)
         return report
 
@@ -132,8 +148,9 @@ def rollback() -> dict[str, Any]:
         _active.report.rollback = outcome
         _active = None
     if outcome["drifted"] or outcome["failed"]:
-        warnings.warn(f"turbo_physai.rollback was not exact: {outcome}", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"turbo_physai.rollback was not exact: {outcome}", RuntimeWarning, stacklevel=2
+        )
     return outcome
 
 
@@ -156,9 +173,15 @@ def _run(mode, config, groups, force_groups, disable_groups):
     conflicts: dict[str, list[Check]] = {}
     for c in plan.conflicts:
         for me, other in ((c.first, c.second), (c.second, c.first)):
-            conflicts.setdefault(me, []).append(Check(
-                "conflict.target", FAIL, f"{c.path!r} is also written by group {other!r}",
-                actual=other, reason="conflict.target"))
+            conflicts.setdefault(me, []).append(
+                Check(
+                    "conflict.target",
+                    FAIL,
+                    f"{c.path!r} is also written by group {other!r}",
+                    actual=other,
+                    reason="conflict.target",
+                )
+            )
 
     report = OptimizationReport(mode)
     journal = _core.Journal()
@@ -184,11 +207,25 @@ def _run_group(mode, group, sel, gr, done, conflict_checks, forced, journal) -> 
         d = done[dep]
         if d.decision == APPLY and d.status in (ROLLED_BACK, NOT_STARTED):
             failed_dep = True
-            gr.checks.append(Check("dependency", FAIL, f"dependency {dep!r} is {d.status}",
-                                   actual=d.status, reason="dependency.failed"))
+            gr.checks.append(
+                Check(
+                    "dependency",
+                    FAIL,
+                    f"dependency {dep!r} is {d.status}",
+                    actual=d.status,
+                    reason="dependency.failed",
+                )
+            )
         elif d.decision != APPLY:
-            gr.checks.append(Check("dependency", FAIL, f"dependency {dep!r}: {d.decision}",
-                                   actual=d.decision, reason="dependency.blocked"))
+            gr.checks.append(
+                Check(
+                    "dependency",
+                    FAIL,
+                    f"dependency {dep!r}: {d.decision}",
+                    actual=d.decision,
+                    reason="dependency.blocked",
+                )
+            )
         else:
             gr.checks.append(Check("dependency", PASS, dep))
     if failed_dep and mode == "apply":
@@ -213,6 +250,7 @@ def _run_group(mode, group, sel, gr, done, conflict_checks, forced, journal) -> 
         return
     if mode == "check" and not group.import_compat:
         gr.status = CHECKED
+        gr.dispatchers.clear()  # built for checking, never installed: no counts to report
         gr.targets = [path for p in prepared for path in _would_write(p)]
         return
     _install(mode, group, prepared, gr, journal)
@@ -257,13 +295,27 @@ def _compatibility(group: Group, sel: GroupSelection) -> Check:
     try:
         result = fn(CompatibilityContext(group.id, sel.options, targets))
     except Exception as err:
-        return Check(code, FAIL, f"{group.compatibility_check} raised {type(err).__name__}: {err}",
-                     reason="compatibility.error")
+        return Check(
+            code,
+            FAIL,
+            f"{group.compatibility_check} raised {type(err).__name__}: {err}",
+            reason="compatibility.error",
+        )
     if not isinstance(result, CompatibilityResult):
-        return Check(code, FAIL, f"{group.compatibility_check} returned "
-                     f"{type(result).__name__}, expected CompatibilityResult",
-                     reason="compatibility.error")
+        return Check(
+            code,
+            FAIL,
+            f"{group.compatibility_check} returned "
+            f"{type(result).__name__}, expected CompatibilityResult",
+            reason="compatibility.error",
+        )
     if not result.compatible:
-        return Check(code, FAIL, result.reason, result.expected, result.actual,
-                     reason="compatibility.incompatible")
+        return Check(
+            code,
+            FAIL,
+            result.reason,
+            result.expected,
+            result.actual,
+            reason="compatibility.incompatible",
+        )
     return Check(code, PASS, result.reason, result.expected, result.actual)

@@ -13,7 +13,7 @@ from ..declarations import (
     Wrap,
 )
 from . import import_alias, object_patch, optional_import, registry_override, replace_import
-from .base import Prepared, PrepareContext, Transaction
+from .base import PrepareContext, Prepared, Transaction
 
 _HANDLERS = {
     Replace: object_patch.prepare,

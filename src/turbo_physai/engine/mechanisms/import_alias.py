@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..declarations import ImportAlias
 from ..paths import MISSING, ResolutionError, resolve, resolve_module
 from ..report import FAIL, NOT_APPLICABLE, PASS, Check
-from .base import Prepared, PrepareContext, Transaction
+from .base import PrepareContext, Prepared, Transaction
 
 
 class AliasName(Prepared):
@@ -32,17 +32,25 @@ def prepare(decl: ImportAlias, ctx: PrepareContext) -> Prepared:
         module = resolve_module(decl.module)
         source = resolve(f"{decl.module}.{decl.source}").found
     except ResolutionError as err:
-        alias.checks.append(Check("import_alias.source", FAIL, str(err),
-                                  reason="import_alias.unresolved"))
+        alias.checks.append(
+            Check("import_alias.source", FAIL, str(err), reason="import_alias.unresolved")
+        )
         return alias
     existing = vars(module).get(decl.alias, MISSING)
     if existing is source:
         alias.checks.append(Check("import_alias.alias", NOT_APPLICABLE, "alias already names it"))
         return alias
     if existing is not MISSING:
-        alias.checks.append(Check(
-            "import_alias.alias", FAIL, f"{decl.module}.{decl.alias} exists and is another object",
-            expected=repr(source), actual=repr(existing), reason="import_alias.conflict"))
+        alias.checks.append(
+            Check(
+                "import_alias.alias",
+                FAIL,
+                f"{decl.module}.{decl.alias} exists and is another object",
+                expected=repr(source),
+                actual=repr(existing),
+                reason="import_alias.conflict",
+            )
+        )
         return alias
     alias.checks.append(Check("import_alias.alias", PASS))
     alias.module, alias.value = module, source

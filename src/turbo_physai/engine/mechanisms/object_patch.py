@@ -15,7 +15,7 @@ from ..declarations import Replace, Wrap
 from ..evidence import accessors, hashes
 from ..paths import Location, ResolutionError, resolve, resolve_object, unwrap_descriptor
 from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
-from .base import Prepared, PrepareContext, Transaction
+from .base import PrepareContext, Prepared, Transaction
 
 
 class ObjectPatch(Prepared):
@@ -29,7 +29,7 @@ class ObjectPatch(Prepared):
         self._entries = [tx.snapshot(loc.owner, loc.name, loc.path) for loc in self.locations]
 
     def install(self, tx: Transaction) -> None:
-        for entry, loc in zip(self._entries, self.locations):
+        for entry, loc in zip(self._entries, self.locations, strict=True):
             tx.set(entry, _as_descriptor(loc.found, self.value), loc.path)
 
 
@@ -63,20 +63,35 @@ def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
         return patch
     if isinstance(decl, Wrap):
         if not callable(new):
-            checks.append(Check("wrap.factory", FAIL, f"{decl.replacement!r} is not callable",
-                                reason="factory.error"))
+            checks.append(
+                Check(
+                    "wrap.factory",
+                    FAIL,
+                    f"{decl.replacement!r} is not callable",
+                    reason="factory.error",
+                )
+            )
             return patch
         try:
             new = new(original, dict(ctx.options))
         except Exception as err:
-            checks.append(Check("wrap.factory", FAIL, f"{type(err).__name__}: {err}",
-                                reason="factory.error"))
+            checks.append(
+                Check("wrap.factory", FAIL, f"{type(err).__name__}: {err}", reason="factory.error")
+            )
             return patch
         checks.append(Check("wrap.factory", PASS))
 
     if not kinds.kinds_match(kind, new):
-        checks.append(Check("target.kind", FAIL, "replacement is not the kind of the target",
-                            expected=kind, actual=kinds.kind_of(new), reason="kind.mismatch"))
+        checks.append(
+            Check(
+                "target.kind",
+                FAIL,
+                "replacement is not the kind of the target",
+                expected=kind,
+                actual=kinds.kind_of(new),
+                reason="kind.mismatch",
+            )
+        )
         return patch
     checks.append(Check("target.kind", PASS, expected=kind, actual=kinds.kind_of(new)))
     checks.append(_signature_check(target.found, new))
@@ -101,9 +116,16 @@ def _check_aliases(decl: Replace, original: Any, patch: ObjectPatch) -> None:
             continue
         found = unwrap_descriptor(loc.found)
         if found is not original:
-            patch.checks.append(Check(
-                "alias.identity", FAIL, f"{alias!r} is not the same object as the target",
-                expected=repr(original), actual=repr(found), reason="alias.identity_mismatch"))
+            patch.checks.append(
+                Check(
+                    "alias.identity",
+                    FAIL,
+                    f"{alias!r} is not the same object as the target",
+                    expected=repr(original),
+                    actual=repr(found),
+                    reason="alias.identity_mismatch",
+                )
+            )
             continue
         patch.checks.append(Check("alias.identity", PASS, alias))
         patch.locations.append(loc)
@@ -119,10 +141,20 @@ def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks
         if source in ctx.trust.source_hashes or tree in ctx.trust.ast_hashes:
             checks.append(Check("source.identity", PASS, label, actual=source))
         else:
-            checks.append(Check(
-                "source.identity", FAIL, f"{label} changed since the config was generated",
-                expected={"source": list(ctx.trust.source_hashes), "ast": list(ctx.trust.ast_hashes)},
-                actual={"source": source, "ast": tree}, overrideable=True, reason="source.identity"))
+            checks.append(
+                Check(
+                    "source.identity",
+                    FAIL,
+                    f"{label} changed since the config was generated",
+                    expected={
+                        "source": list(ctx.trust.source_hashes),
+                        "ast": list(ctx.trust.ast_hashes),
+                    },
+                    actual={"source": source, "ast": tree},
+                    overrideable=True,
+                    reason="source.identity",
+                )
+            )
 
 
 def _signature_check(found: Any, new: Any) -> Check:
@@ -130,8 +162,12 @@ def _signature_check(found: Any, new: Any) -> Check:
         for name in ("fget", "fset", "fdel"):
             mine, theirs = getattr(found, name), getattr(new, name)
             if mine is not None and theirs is None:
-                return Check("target.signature", FAIL, f"replacement property has no {name}",
-                             reason="signature.mismatch")
+                return Check(
+                    "target.signature",
+                    FAIL,
+                    f"replacement property has no {name}",
+                    reason="signature.mismatch",
+                )
             if mine is not None:
                 check = _compare(mine, theirs, name)
                 if check.status != PASS:
@@ -144,31 +180,57 @@ def _compare(original: Any, new: Any, what: str) -> Check:
     sig_o, sig_n = kinds.signature_of(original), kinds.signature_of(new)
     prefix = f"{what}: " if what else ""
     if sig_o is None or sig_n is None:
-        return Check("target.signature", UNKNOWN, f"{prefix}signature not available",
-                     expected=str(sig_o), actual=str(sig_n))
+        return Check(
+            "target.signature",
+            UNKNOWN,
+            f"{prefix}signature not available",
+            expected=str(sig_o),
+            actual=str(sig_n),
+        )
     problem = kinds.accepts(sig_o, sig_n)
     if problem:
-        return Check("target.signature", FAIL, prefix + problem, expected=str(sig_o),
-                     actual=str(sig_n), reason="signature.mismatch")
+        return Check(
+            "target.signature",
+            FAIL,
+            prefix + problem,
+            expected=str(sig_o),
+            actual=str(sig_n),
+            reason="signature.mismatch",
+        )
     return Check("target.signature", PASS, expected=str(sig_o), actual=str(sig_n))
 
 
 def _condition(decl: Replace, kind: str, original: Any, checks: list[Check]) -> Any:
     if kind not in kinds.DISPATCHABLE:
-        checks.append(Check(
-            "runtime_condition.kind", FAIL, f"runtime_condition is not supported on a {kind}",
-            expected=sorted(kinds.DISPATCHABLE), actual=kind,
-            reason="runtime_condition.unsupported_kind"))
+        checks.append(
+            Check(
+                "runtime_condition.kind",
+                FAIL,
+                f"runtime_condition is not supported on a {kind}",
+                expected=sorted(kinds.DISPATCHABLE),
+                actual=kind,
+                reason="runtime_condition.unsupported_kind",
+            )
+        )
         return None
     try:
         condition = resolve_object(decl.runtime_condition)
     except ResolutionError as err:
-        checks.append(Check("runtime_condition.resolve", FAIL, str(err),
-                            reason="runtime_condition.unresolved"))
+        checks.append(
+            Check(
+                "runtime_condition.resolve", FAIL, str(err), reason="runtime_condition.unresolved"
+            )
+        )
         return None
     if not callable(condition):
-        checks.append(Check("runtime_condition.resolve", FAIL, "condition is not callable",
-                            reason="runtime_condition.unresolved"))
+        checks.append(
+            Check(
+                "runtime_condition.resolve",
+                FAIL,
+                "condition is not callable",
+                reason="runtime_condition.unresolved",
+            )
+        )
         return None
     check = _compare(original, condition, "runtime_condition")
     check.code = "runtime_condition.signature"

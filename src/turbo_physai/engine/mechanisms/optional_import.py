@@ -9,7 +9,7 @@ import types
 from ..declarations import OptionalImport
 from ..paths import ResolutionError, import_module
 from ..report import NOT_APPLICABLE, PASS, Check
-from .base import Prepared, PrepareContext
+from .base import PrepareContext, Prepared
 from .replace_import import ModuleSlot
 
 PLACEHOLDER_MARK = "__turbo_physai_placeholder__"
@@ -29,11 +29,14 @@ def prepare(decl: OptionalImport, ctx: PrepareContext) -> Prepared:
         slot.checks.append(Check("optional_import.module", NOT_APPLICABLE, "already imported"))
         return slot
     try:
-        import_module(decl.module)  # the real module wins whenever it imports (TurboPhysAI shadows it)
+        import_module(
+            decl.module
+        )  # the real module wins whenever it imports (TurboPhysAI shadows it)
     except ResolutionError as err:
         slot.module = placeholder(decl.module)
-        slot.checks.append(Check("optional_import.module", PASS, f"placeholder: {err}",
-                                 actual="placeholder"))
+        slot.checks.append(
+            Check("optional_import.module", PASS, f"placeholder: {err}", actual="placeholder")
+        )
         return slot
     slot.checks.append(Check("optional_import.module", NOT_APPLICABLE, "the real module imports"))
     return slot

@@ -15,7 +15,7 @@ from typing import Any
 from ..declarations import RegistryOverride
 from ..paths import MISSING, ResolutionError, import_module, resolve_object
 from ..report import FAIL, PASS, WARNING, Check
-from .base import Prepared, PrepareContext, Transaction
+from .base import PrepareContext, Prepared, Transaction
 
 
 class Override(Prepared):
@@ -69,28 +69,43 @@ def prepare(decl: RegistryOverride, ctx: PrepareContext) -> Prepared:
     try:
         registry = resolve_object(decl.registry)
     except ResolutionError as err:
-        override.checks.append(Check("registry.resolve", FAIL, str(err),
-                                     reason="registry.unresolved"))
+        override.checks.append(
+            Check("registry.resolve", FAIL, str(err), reason="registry.unresolved")
+        )
         return override
     table = getattr(registry, "module_dict", None)
     register = getattr(registry, "_register_module", None)
     if not isinstance(table, dict) or not callable(register):
-        override.checks.append(Check(
-            "registry.shape", FAIL, "not an mmcv/mmengine-style registry",
-            expected="writable dict module_dict and callable _register_module",
-            actual={"module_dict": type(table).__name__, "_register_module": callable(register)},
-            reason="registry.unsupported"))
+        override.checks.append(
+            Check(
+                "registry.shape",
+                FAIL,
+                "not an mmcv/mmengine-style registry",
+                expected="writable dict module_dict and callable _register_module",
+                actual={
+                    "module_dict": type(table).__name__,
+                    "_register_module": callable(register),
+                },
+                reason="registry.unsupported",
+            )
+        )
         return override
     try:
         inspect.signature(register).bind(object, module_name="x", force=True)
     except (TypeError, ValueError) as err:
-        override.checks.append(Check("registry.shape", FAIL, f"_register_module: {err}",
-                                     reason="registry.unsupported"))
+        override.checks.append(
+            Check("registry.shape", FAIL, f"_register_module: {err}", reason="registry.unsupported")
+        )
         return override
     override.checks.append(Check("registry.shape", PASS))
     if decl.module in sys.modules:
-        override.checks.append(Check(
-            "registry.module", WARNING, f"{decl.module!r} is already imported: its own objects "
-            "are installed under the declared names"))
+        override.checks.append(
+            Check(
+                "registry.module",
+                WARNING,
+                f"{decl.module!r} is already imported: its own objects "
+                "are installed under the declared names",
+            )
+        )
     override.registry = registry
     return override

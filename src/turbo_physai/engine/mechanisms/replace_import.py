@@ -8,7 +8,7 @@ import types
 from ..declarations import ReplaceImport
 from ..paths import ResolutionError, parent_module, resolve_module
 from ..report import FAIL, PASS, Check
-from .base import Prepared, PrepareContext, Transaction
+from .base import PrepareContext, Prepared, Transaction
 
 
 class ModuleSlot(Prepared):
@@ -38,17 +38,24 @@ class ModuleSlot(Prepared):
 def prepare(decl: ReplaceImport, ctx: PrepareContext) -> Prepared:
     slot = ModuleSlot(decl, [], decl.target)
     if decl.target in sys.modules:
-        slot.checks.append(Check(
-            "replace_import.target", FAIL, f"{decl.target!r} is already imported",
-            expected="not imported", actual=repr(sys.modules[decl.target]),
-            reason="replace_import.already_imported"))
+        slot.checks.append(
+            Check(
+                "replace_import.target",
+                FAIL,
+                f"{decl.target!r} is already imported",
+                expected="not imported",
+                actual=repr(sys.modules[decl.target]),
+                reason="replace_import.already_imported",
+            )
+        )
         return slot
     slot.checks.append(Check("replace_import.target", PASS, "not imported yet"))
     try:
         slot.module = resolve_module(decl.replacement)
     except ResolutionError as err:
-        slot.checks.append(Check("replacement.resolve", FAIL, str(err),
-                                 reason="replacement.unresolved"))
+        slot.checks.append(
+            Check("replacement.resolve", FAIL, str(err), reason="replacement.unresolved")
+        )
         return slot
     slot.checks.append(Check("replacement.resolve", PASS, actual=decl.replacement))
     return slot

@@ -1,0 +1,1 @@
+"""A tiny stand-in for a model library: slow pure-Python code we are not allowed to fork."""

@@ -1,0 +1,29 @@
+"""The package, engine and registry import and work with torch unavailable."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_engine_works_with_torch_blocked():
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # any `import torch` now raises ImportError
+        sys.path.insert(0, {str(FIXTURES)!r})
+        import turbo_physai as tpa
+        from tpa_fixture_lib import shapes
+        g = tpa.group("g", tpa.replace("tpa_fixture_lib.shapes.gaussian_2d",
+                                       "tpa_fixture_opt.gaussian_2d"))
+        report = tpa.apply(groups=[g])
+        assert report.group("g").status == "applied", str(report)
+        assert shapes.gaussian_2d((1,))[0] == "fast"
+        tpa.rollback()
+        assert shapes.gaussian_2d((1,))[0] == "stock"
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
