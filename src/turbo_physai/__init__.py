@@ -8,7 +8,7 @@ from .engine.catalog import registry
 from .engine.context import CompatibilityContext, CompatibilityResult
 from .engine.declarations import DeclarationError, Group, group, replace, replace_import, wrap
 from .engine.report import OptimizationReport
-from .engine.session import ApplyError, active_report, apply, check, rollback
+from .engine.session import ApplyError, active_report, applied, apply, check, rollback
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "OptimizationReport",
     "Trust",
     "active_report",
+    "applied",
     "apply",
     "check",
     "group",

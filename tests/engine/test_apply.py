@@ -282,3 +282,15 @@ def test_signature_is_the_originals_through_the_engine():
     tpa.apply(groups=[g])
     assert str(inspect.signature(shapes.gaussian_2d)) == "(shape, sigma=1, device=None, dtype=None)"
     finish(before)
+
+
+def test_applied_context_manager_rolls_back_on_error():
+    g = group("gauss", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
+    before = capture()
+    with pytest.raises(RuntimeError, match="inside"):
+        with tpa.applied(groups=[g]) as report:
+            assert report.group("gauss").status == "applied"
+            assert shapes.gaussian_2d is opt.gaussian_2d
+            raise RuntimeError("inside")
+    assert tpa.active_report() is None
+    assert_identical(before, capture())

@@ -7,11 +7,12 @@ before returning; apply keeps what it installed until rollback().
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,17 @@ def apply(
             )
         _active = _Active(journal, report)
         return report
+
+
+@contextlib.contextmanager
+def applied(config: ConfigLike = None, **kwargs: Any) -> Iterator[OptimizationReport]:
+    """``with applied(cfg) as report:`` applies for the block and rolls back after it, also
+    when the block raises (A/B comparisons, tests)."""
+    report = apply(config, **kwargs)
+    try:
+        yield report
+    finally:
+        rollback()
 
 
 def rollback() -> dict[str, Any]:
