@@ -49,10 +49,37 @@ def kinds_match(target_kind: str, replacement: Any) -> bool:
 
 
 def signature_of(obj: Any) -> inspect.Signature | None:
+    function_forward = _autograd_forward(obj)
+    if function_forward is not None:
+        return function_forward
     try:
         return inspect.signature(obj)
     except (TypeError, ValueError):  # builtins without text signatures
         return None
+
+
+def _autograd_forward(obj: Any) -> inspect.Signature | None:
+    """``F.apply`` of a torch.autograd.Function reports ``(*args, **kwargs)``; callers pass what
+    ``F.forward`` takes after ``ctx`` (mmcv exports ops as ``op = F.apply``). None otherwise.
+    Recognised by name along the MRO, so the engine still never imports torch."""
+    owner = getattr(obj, "__self__", None)
+    if not (inspect.ismethod(obj) and obj.__name__ == "apply" and isinstance(owner, type)):
+        return None
+    if not any(
+        k.__module__ == "torch.autograd.function" and k.__name__ == "Function"
+        for k in owner.__mro__
+    ):
+        return None
+    raw = inspect.getattr_static(owner, "forward")
+    forward = signature_of(getattr(raw, "__func__", raw))
+    if forward is None:
+        return None
+    params = list(forward.parameters.values())
+    # With a separate setup_context (torch >= 2.0 style) forward has no ctx parameter.
+    own_setup = any(
+        "setup_context" in vars(k) for k in owner.__mro__ if k.__module__.split(".")[0] != "torch"
+    )
+    return forward.replace(parameters=params if own_setup else params[1:])
 
 
 def accepts(original: inspect.Signature, candidate: inspect.Signature) -> str | None:
