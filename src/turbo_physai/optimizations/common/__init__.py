@@ -1,0 +1,1 @@
+"""Replacements shared by every model built on a framework."""

@@ -1,0 +1,1 @@
+"""Replacements for MMDetection3D objects."""

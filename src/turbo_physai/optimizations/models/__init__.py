@@ -1,0 +1,1 @@
+"""Replacements and wrapper factories specific to one model."""

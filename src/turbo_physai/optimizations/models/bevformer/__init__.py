@@ -1,0 +1,1 @@
+"""BEVFormer: wrapper factories."""

@@ -1,0 +1,1 @@
+"""BEVFusion: wrapper factories."""
