@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 IDS = [g.id for g in openmmlab.GROUPS]
 EAGER = {"backend": "eager"}
 OPTIONS = {"bevformer.compile.encoder": EAGER, "bevfusion.gaussian": EAGER}
-IMPORT_COMPAT = {"import_alias.unresolved", "replacement.unresolved", "registry.unresolved"}
+IMPORT_COMPAT = {"target.unresolved", "replacement.unresolved"}
 
 
 def frontends_available():
@@ -55,9 +55,9 @@ def test_without_mmcv_and_mmdet3d_every_group_is_blocked():
     reasons = {g.id: set(g.reasons) for g in report.groups}
     assert all(g.status == "blocked" for g in report.groups), str(report)
     for gid in IDS:
-        if gid == "bevfusion.gaussian":  # never prepared: its dependency is blocked
-            assert reasons[gid] == {"dependency.blocked"}
-        elif gid == "bevfusion.import_compatibility":  # module/registry codes, not target.*
+        if gid == "bevfusion.gaussian":  # its own targets and its blocked dependency
+            assert reasons[gid] == {"dependency.blocked", "target.unresolved"}
+        elif gid == "bevfusion.import_compatibility":  # the replace_import's module is missing
             assert reasons[gid] == IMPORT_COMPAT
         else:
             assert reasons[gid] == {"target.unresolved"}, (gid, reasons[gid])

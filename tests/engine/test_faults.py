@@ -120,7 +120,10 @@ def test_dependents_of_a_blocked_group_are_blocked():
     )
     report = tpa.check(groups=[bad, dependent])
     assert report.group("bad").reasons == ["target.unresolved"]
-    assert report.group("dep").reasons == ["dependency.blocked"]
+    dep = report.group("dep")
+    assert dep.reasons == ["dependency.blocked"]
+    # Still prepared: its own targets were checked and would apply on their own.
+    assert [c.status for c in dep.checks if c.code == "target.resolve"] == ["pass"]
 
 
 def test_alias_identity_mismatch():

@@ -244,9 +244,11 @@ def _run_group(mode, group, sel, gr, done, conflict_checks, forced, journal) -> 
         gr.status = NOT_STARTED
         return
     prepared = []
-    if not any(c.blocks for c in gr.checks):
+    # A blocked dependency does not stop preparation: the report then also shows whether this
+    # group could apply on its own. A failing compatibility_check does stop it.
+    if not any(c.blocks and c.code != "dependency" for c in gr.checks):
         gr.checks.append(_compatibility(group, sel))
-    if not any(c.blocks for c in gr.checks):
+    if not any(c.blocks and c.code != "dependency" for c in gr.checks):
         ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust or Trust(), gr)
         for decl in group.declarations:
             p = mechanisms.prepare(decl, ctx)

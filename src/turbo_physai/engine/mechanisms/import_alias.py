@@ -33,7 +33,7 @@ def prepare(decl: ImportAlias, ctx: PrepareContext) -> Prepared:
         source = resolve(f"{decl.module}.{decl.source}").found
     except ResolutionError as err:
         alias.checks.append(
-            Check("import_alias.source", FAIL, str(err), reason="import_alias.unresolved")
+            Check("import_alias.source", FAIL, str(err), reason="target.unresolved")
         )
         return alias
     existing = vars(module).get(decl.alias, MISSING)

@@ -70,7 +70,7 @@ def prepare(decl: RegistryOverride, ctx: PrepareContext) -> Prepared:
         registry = resolve_object(decl.registry)
     except ResolutionError as err:
         override.checks.append(
-            Check("registry.resolve", FAIL, str(err), reason="registry.unresolved")
+            Check("registry.resolve", FAIL, str(err), reason="target.unresolved")
         )
         return override
     table = getattr(registry, "module_dict", None)
