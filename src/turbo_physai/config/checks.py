@@ -16,12 +16,13 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..engine.declarations import Group
 from ..engine.report import FAIL, PASS, UNKNOWN, WARNING, Check
-from .model import OptimizationConfig
+from .model import ConfigError, OptimizationConfig
 from .schema import requirement
 
 GroupChecks = Callable[[Group], list[Check]]
@@ -31,7 +32,7 @@ def gate(config: OptimizationConfig | None) -> GroupChecks:
     """Build the checks once per check/apply run; the result gives fresh Checks per group."""
     if config is None:
         return lambda group: []
-    pins = {canonicalize_name(name): specs
+    pins = {canonicalize_name(name): _specs(name, specs)
             for name, specs in config.compatibility.get("dependencies", {}).items()}
     owners = importlib.metadata.packages_distributions() if pins else {}
     project = _project(config.compatibility)
@@ -59,15 +60,26 @@ def distributions(group: Group, owners: dict[str, list[str]] | None = None) -> l
     return found
 
 
-def _version(dist: str, specs: list[str]) -> Check:
+def _specs(name: str, specs: str | list[str]) -> list[SpecifierSet]:
+    # Files were validated by the loader; programmatic configs are validated here.
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    parsed = [requirement(s) if isinstance(s, str) else None for s in specs]
+    if None in parsed or not parsed:
+        raise ConfigError(f"compatibility.dependencies.{name}: {specs!r} are not versions or "
+                          "PEP 440 specifiers")
+    return parsed
+
+
+def _version(dist: str, specs: list[SpecifierSet]) -> Check:
     installed = importlib.metadata.version(dist)
     try:
-        ok = any(requirement(s).contains(Version(installed), prereleases=True) for s in specs)
+        ok = any(s.contains(Version(installed), prereleases=True) for s in specs)
     except InvalidVersion:
         ok = False
+    wanted = [str(s) for s in specs]
     return Check("dependency.version", PASS if ok else FAIL,
-                 f"{dist} {installed}" + ("" if ok else f" is outside {' or '.join(specs)}"),
-                 expected=specs, actual=installed, overrideable=True,
+                 f"{dist} {installed}" + ("" if ok else f" is outside {' or '.join(wanted)}"),
+                 expected=wanted, actual=installed, overrideable=True,
                  reason=None if ok else "dependency.version")
 
 
