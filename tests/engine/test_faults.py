@@ -175,7 +175,8 @@ def test_force_does_not_override_structural_checks():
 
 def test_evidence_mismatch_blocks_and_force_overrides():
     g = group("ev", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
-    stale = tpa.Trust(("source-v1:" + "0" * 64,), ("ast-v1:" + "0" * 64,))
+    target = f"{LIB}.shapes.gaussian_2d"
+    stale = tpa.Trust({target: ("source-v1:" + "0" * 64,)}, {target: ("ast-v1:" + "0" * 64,)})
     cfg = tpa.OptimizationConfig((tpa.GroupSelection("ev", trust=stale),))
     report = tpa.check(cfg, groups=[g])
     assert report.group("ev").reasons == ["source.identity"]
@@ -189,7 +190,9 @@ def test_evidence_match_passes():
 
     source, tree = hashes(shapes.gaussian_2d)
     g = group("ev", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
-    cfg = tpa.OptimizationConfig((tpa.GroupSelection("ev", trust=tpa.Trust((), (tree,))),))
+    cfg = tpa.OptimizationConfig(
+        (tpa.GroupSelection("ev", trust=tpa.Trust({}, {f"{LIB}.shapes.gaussian_2d": (tree,)})),)
+    )
     report = tpa.check(cfg, groups=[g])
     assert report.group("ev").decision == "apply"
 

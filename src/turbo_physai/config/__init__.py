@@ -1,5 +1,6 @@
 """OptimizationConfig: which groups to apply, with options and trusted source evidence."""
 
-from .model import GroupSelection, OptimizationConfig, Trust, load_config
+from .loader import load_config
+from .model import SCHEMA, ConfigError, GroupSelection, OptimizationConfig, Trust
 
-__all__ = ["GroupSelection", "OptimizationConfig", "Trust", "load_config"]
+__all__ = ["SCHEMA", "ConfigError", "GroupSelection", "OptimizationConfig", "Trust", "load_config"]

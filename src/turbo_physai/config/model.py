@@ -1,31 +1,43 @@
-"""The OptimizationConfig data model (plain, immutable data) and its YAML loader."""
+"""The OptimizationConfig data model: plain, immutable data that the engine reads.
+
+The engine reads ``config.groups`` and, per selection, ``id``, ``enabled``, ``options`` and
+``trust``. Everything else (metadata, model, compatibility, catalogs) is carried for the checks
+in :mod:`turbo_physai.config.checks`, for the CLI and for writing the config back out.
+"""
 
 from __future__ import annotations
 
 import json
-import os
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 SCHEMA = "turbophysai/optimization-config/v1"
+KIND = "OptimizationConfig"
 
 
 class ConfigError(ValueError):
-    """A config file is malformed; the message names the file and the key."""
+    """A config file is malformed; the message names the file:line and the key."""
 
 
 @dataclass(frozen=True)
 class Trust:
-    """Recorded evidence: a target matching neither list fails ``source.identity``."""
+    """Recorded evidence per target path: a target whose current hashes match neither of its
+    lists fails ``source.identity``. A group with no evidence at all skips that check."""
 
-    source_hashes: tuple[str, ...] = ()
-    ast_hashes: tuple[str, ...] = ()
+    source_hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    ast_hashes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
         return not (self.source_hashes or self.ast_hashes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source_hashes": {t: list(h) for t, h in self.source_hashes.items()},
+            "ast_hashes": {t: list(h) for t, h in self.ast_hashes.items()},
+        }
 
 
 @dataclass(frozen=True)
@@ -36,10 +48,18 @@ class GroupSelection:
     trust: Trust = Trust()
 
     def __post_init__(self) -> None:
-        try:
-            json.dumps(dict(self.options))
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"options of group {self.id!r} are not JSON values: {err}") from err
+        # Programmatic selections get the same JSON rule the YAML loader enforces with lines.
+        problem = json_problem(self.options)
+        if problem:
+            raise ConfigError(f"options of group {self.id!r} are not JSON values: {problem}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "enabled": self.enabled,
+            "options": dict(self.options),
+            "trust": self.trust.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -49,59 +69,55 @@ class OptimizationConfig:
     model: Mapping[str, Any] | None = None
     compatibility: Mapping[str, Any] = field(default_factory=dict)
     path: str | None = None
+    #: ``optimization_modules``: catalogs (module or entry-point names) the groups come from.
+    catalogs: tuple[str, ...] = ()
+    #: Every file this config was merged from, parents first (``extends`` expanded).
+    sources: tuple[str, ...] = ()
 
     @classmethod
     def for_groups(cls, *ids: str, **options: Mapping[str, Any]) -> OptimizationConfig:
         """Programmatic config: ``OptimizationConfig.for_groups("a", "b")``."""
         return cls(tuple(GroupSelection(i, options=options.get(i, {})) for i in ids))
 
+    def group(self, group_id: str) -> GroupSelection | None:
+        return next((g for g in self.groups if g.id == group_id), None)
 
-def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
-    """Load a v1 YAML config. Errors name the file and the offending key."""
-    import yaml
+    def to_dict(self) -> dict[str, Any]:
+        """The v1 document, ``extends`` already expanded (what ``show`` prints and the
+        generator writes)."""
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA,
+            "kind": KIND,
+            "metadata": dict(self.metadata),
+        }
+        if self.model:
+            out["model"] = dict(self.model)
+        if self.catalogs:
+            out["optimization_modules"] = list(self.catalogs)
+        if self.compatibility:
+            out["compatibility"] = json.loads(json.dumps(self.compatibility))
+        out["optimization_groups"] = [g.to_dict() for g in self.groups]
+        return out
 
-    where = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{where}: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping at the top level")
-    if data.get("schema_version") != SCHEMA:
-        raise ConfigError(f"{where}: schema_version must be {SCHEMA!r}")
-    allowed = {
-        "schema_version",
-        "kind",
-        "metadata",
-        "model",
-        "compatibility",
-        "optimization_groups",
-    }
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(f"{where}: unknown key {key!r}")
-    selections = []
-    for i, entry in enumerate(data.get("optimization_groups") or []):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise ConfigError(f"{where}: optimization_groups[{i}] needs a string 'id'")
-        unknown = set(entry) - {"id", "enabled", "options", "trust"}
-        if unknown:
-            raise ConfigError(
-                f"{where}: optimization_groups[{i}]: unknown key {sorted(unknown)[0]!r}"
-            )
-        trust = entry.get("trust") or {}
-        selections.append(
-            GroupSelection(
-                entry["id"],
-                bool(entry.get("enabled", True)),
-                entry.get("options") or {},
-                Trust(tuple(trust.get("source_hashes", ())), tuple(trust.get("ast_hashes", ()))),
-            )
-        )
-    return OptimizationConfig(
-        tuple(selections),
-        data.get("metadata") or {},
-        data.get("model"),
-        data.get("compatibility") or {},
-        where,
-    )
+
+def json_problem(value: Any, where: str = "") -> str | None:
+    """Why ``value`` is not plain JSON data (strings as keys, finite numbers), or None."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where or 'value'}: {value} is not finite"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where or 'mapping'}: key {key!r} is not a string"
+            problem = json_problem(item, f"{where}.{key}" if where else key)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    return f"{where or 'value'}: {type(value).__name__} is not a JSON value"

@@ -74,7 +74,8 @@ class GroupReport:
 
     @property
     def reasons(self) -> list[str]:
-        return [c.reason or c.code for c in self.checks if c.blocks]
+        codes = [c.reason or c.code for c in self.checks if c.blocks]
+        return list(dict.fromkeys(codes))  # one entry per code, first-seen order
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

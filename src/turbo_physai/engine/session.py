@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import _core
 from ..config import GroupSelection, OptimizationConfig, Trust, load_config
+from ..config.checks import gate
 from . import mechanisms
 from .catalog import planner_node, registry
 from .context import CompatibilityContext, CompatibilityResult, TargetInfo
@@ -66,13 +67,17 @@ class _Selection:
     catalog: list[Group]
     requested: list[str]
     selections: dict[str, GroupSelection] = field(default_factory=dict)
+    config: OptimizationConfig | None = None
 
 
-def _select(config: ConfigLike, groups: Sequence[Group | str] | None) -> _Selection:
+def _select(config: ConfigLike, groups: Sequence[Group | str] | None, trust: bool) -> _Selection:
+    from ..catalogs import discovery  # catalogs load lazily: never at `import turbo_physai`
+
     if config is None and groups is None:
         raise ValueError("nothing selected: pass a config or groups=[...]")
     if config is not None and not isinstance(config, OptimizationConfig):
         config = load_config(config)
+    discovery.load(config.catalogs if config else (), trust=trust)
     known: dict[str, Group] = {g.id: g for g in registry.groups()}
     selections: dict[str, GroupSelection] = {}
     requested: list[str] = []
@@ -93,7 +98,7 @@ def _select(config: ConfigLike, groups: Sequence[Group | str] | None) -> _Select
             requested.append(item)
         else:
             raise TypeError(f"groups= takes Group objects or group IDs, got {item!r}")
-    return _Selection(list(known.values()), requested, selections)
+    return _Selection(list(known.values()), requested, selections, config)
 
 
 def check(
@@ -102,10 +107,12 @@ def check(
     groups: Sequence[Group | str] | None = None,
     force_groups: Iterable[str] = (),
     disable_groups: Iterable[str] = (),
+    trust: bool = False,
 ) -> OptimizationReport:
-    """Decide for every selected group whether it would apply; install nothing."""
+    """Decide for every selected group whether it would apply; install nothing.
+    ``trust=True`` lets the config import catalogs that are not installed."""
     with _lock:
-        report, journal = _run("check", config, groups, force_groups, disable_groups)
+        report, journal = _run("check", config, groups, force_groups, disable_groups, trust)
         report.rollback = journal.restore_all()
         return report
 
@@ -117,13 +124,15 @@ def apply(
     force_groups: Iterable[str] = (),
     disable_groups: Iterable[str] = (),
     strict: bool = False,
+    trust: bool = False,
 ) -> OptimizationReport:
-    """Apply the selected groups, each atomically. rollback() undoes everything."""
+    """Apply the selected groups, each atomically. rollback() undoes everything.
+    ``trust=True`` lets the config import catalogs that are not installed."""
     global _active
     with _lock:
         if _active is not None:
             raise ApplyError("an apply() is already active; call turbo_physai.rollback() first")
-        report, journal = _run("apply", config, groups, force_groups, disable_groups)
+        report, journal = _run("apply", config, groups, force_groups, disable_groups, trust)
         if strict and not report.ok:
             report.rollback = journal.restore_all()
             bad = [
@@ -171,8 +180,8 @@ def active_report() -> OptimizationReport | None:
     return _active.report if _active else None
 
 
-def _run(mode, config, groups, force_groups, disable_groups):
-    selection = _select(config, groups)
+def _run(mode, config, groups, force_groups, disable_groups, trust):
+    selection = _select(config, groups, trust)
     by_id = {g.id: g for g in selection.catalog}
     plan = _core.plan_groups([planner_node(g) for g in selection.catalog], selection.requested)
     force, disable = set(force_groups), set(disable_groups)
@@ -195,6 +204,7 @@ def _run(mode, config, groups, force_groups, disable_groups):
                 )
             )
 
+    config_checks = gate(selection.config)
     report = OptimizationReport(mode)
     journal = _core.Journal()
     done: dict[str, GroupReport] = {}
@@ -207,13 +217,14 @@ def _run(mode, config, groups, force_groups, disable_groups):
             gr.decision, gr.status = SKIP, SKIPPED
             continue
         sel = selection.selections.get(gid) or GroupSelection(gid)
-        _run_group(mode, group, sel, gr, done, conflicts.get(gid, []), gid in force, journal)
+        checks = config_checks(group) + conflicts.get(gid, [])
+        _run_group(mode, group, sel, gr, done, checks, gid in force, journal)
     return report, journal
 
 
-def _run_group(mode, group, sel, gr, done, conflict_checks, forced, journal) -> None:
+def _run_group(mode, group, sel, gr, done, extra_checks, forced, journal) -> None:
     t0 = time.perf_counter()
-    gr.checks.extend(conflict_checks)
+    gr.checks.extend(extra_checks)
     failed_dep = False
     for dep in group.depends_on:
         d = done[dep]

@@ -135,10 +135,14 @@ def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks
     if ctx.trust.empty:
         checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
         return
+    # Evidence is recorded per target path (TurboPhysAI's v1 layout); a property's accessors
+    # are all checked against the hashes recorded for the property's path.
+    accepted_source = ctx.trust.source_hashes.get(decl.target, ())
+    accepted_ast = ctx.trust.ast_hashes.get(decl.target, ())
     for accessor, obj in accessors(target.found):
         source, tree = hashes(obj)
         label = f"{decl.target}.{accessor}" if accessor else decl.target
-        if source in ctx.trust.source_hashes or tree in ctx.trust.ast_hashes:
+        if source in accepted_source or tree in accepted_ast:
             checks.append(Check("source.identity", PASS, label, actual=source))
         else:
             checks.append(
@@ -146,10 +150,7 @@ def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks
                     "source.identity",
                     FAIL,
                     f"{label} changed since the config was generated",
-                    expected={
-                        "source": list(ctx.trust.source_hashes),
-                        "ast": list(ctx.trust.ast_hashes),
-                    },
+                    expected={"source": list(accepted_source), "ast": list(accepted_ast)},
                     actual={"source": source, "ast": tree},
                     overrideable=True,
                     reason="source.identity",

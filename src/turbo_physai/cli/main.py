@@ -1,0 +1,116 @@
+"""Argument parsing and error handling for ``turbo-physai``; the commands live in
+:mod:`.commands` and :mod:`.run`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import commands, run
+
+OK, FINDINGS, USAGE = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="turbo-physai",
+        description="Declared, checked, reversible runtime optimizations for PyTorch models.",
+        epilog="Exit status: 0 ok, 1 findings (check/diff), 2 usage or config error, "
+        "86 activation failed (run). See docs/cli.md.",
+    )
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    trust = argparse.ArgumentParser(add_help=False)
+    trust.add_argument(
+        "--trust-config",
+        action="store_true",
+        help="let the config import catalogs that are not installed",
+    )
+    select = argparse.ArgumentParser(add_help=False)
+    select.add_argument(
+        "--force-group",
+        action="append",
+        default=[],
+        metavar="G",
+        help="apply G even if its evidence/dependency/dirty-tree checks fail",
+    )
+    select.add_argument("--disable-group", action="append", default=[], metavar="G", help="skip G")
+
+    p = sub.add_parser(
+        "list",
+        parents=[out],
+        help="groups of the installed catalogs and whether each would apply here",
+    )
+    p.set_defaults(func=commands.list_groups)
+
+    p = sub.add_parser(
+        "generate",
+        parents=[out, trust],
+        help="write a config for groups, with evidence from the code here",
+    )
+    p.add_argument("groups", nargs="*", metavar="GROUP", help="group IDs to select")
+    p.add_argument(
+        "--recipe", help="a config whose selection, options, model and compatibility to start from"
+    )
+    p.add_argument("-o", "--output", required=True, help="YAML file to write")
+    p.add_argument("--id", help="metadata.id (default: the recipe's)")
+    p.add_argument("--version", help="metadata.version (default: the recipe's, else 0.1.0)")
+    p.add_argument("--model", help="model.name")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=commands.generate)
+
+    p = sub.add_parser(
+        "check",
+        parents=[out, trust, select],
+        help="check a config against the code here; install nothing",
+    )
+    p.add_argument("config")
+    p.add_argument("--report", metavar="FILE", help="also write the JSON report to FILE")
+    p.set_defaults(func=commands.check)
+
+    p = sub.add_parser("show", parents=[out], help="print a config with extends expanded")
+    p.add_argument("config")
+    p.set_defaults(func=commands.show)
+
+    p = sub.add_parser("diff", parents=[out], help="compare two configs (exit 1 if they differ)")
+    p.add_argument("old")
+    p.add_argument("new")
+    p.set_defaults(func=commands.diff)
+
+    p = sub.add_parser("report", parents=[out], help="render a saved JSON report")
+    p.add_argument("file", help="report.json of run, or a check/apply report")
+    p.set_defaults(func=commands.report)
+
+    p = sub.add_parser("kernels", parents=[out], help="active kernel per operation slot")
+    p.set_defaults(func=commands.kernels)
+
+    p = sub.add_parser(
+        "run",
+        parents=[trust, select],
+        help="run a command with the config applied in every Python process",
+        usage="turbo-physai run [options] -- COMMAND [ARGS ...]",
+    )
+    p.add_argument(
+        "--config", help="OptimizationConfig to apply (none: only RuntimeConfig and reports)"
+    )
+    p.add_argument("--runtime-config", help="RuntimeConfig: environment and CPU affinity")
+    p.add_argument(
+        "--report-dir",
+        default="turbophysai_reports",
+        help="where every process writes its report (default: %(default)s)",
+    )
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    p.set_defaults(func=run.run)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileExistsError) as err:
+        # ValueError: ConfigError (incl. CatalogError, GenerateError), DeclarationError, the
+        # planner's PlanError and the engine's usage errors (unknown --force-group ...).
+        print(f"turbo-physai {args.command}: error: {err}", file=sys.stderr)
+        return USAGE

@@ -1,0 +1,139 @@
+"""``turbo-physai run``: start a command so that every Python process in it activates.
+
+The command gets ``launch/site`` first on PYTHONPATH (its sitecustomize does the work in each
+process, see :mod:`turbo_physai.launch.process`), the run settings in ``TURBO_PHYSAI_RUN`` and
+the RuntimeConfig's environment. When it ends, the per-process reports of this run are merged
+into ``<report-dir>/report.json`` and ``report.md``: one report listing every process/rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import turbo_physai
+
+from ..config import ConfigError, load_config
+from ..config.runtime import load_runtime_config
+from ..engine.report import write_atomic
+from ..launch import ENV_HOME, ENV_SETTINGS, EXIT_ACTIVATION, SITE_DIR
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..catalogs import discovery
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        raise ConfigError("run needs a command after --")
+    config = None
+    if args.config:
+        # Fail here, with status 2, for what every process would fail on anyway.
+        parsed = load_config(args.config)
+        discovery.load(parsed.catalogs, trust=args.trust_config)
+        config = str(Path(args.config).resolve())
+    runtime = load_runtime_config(args.runtime_config) if args.runtime_config else None
+    report_dir = Path(args.report_dir).resolve()
+    run_id = uuid.uuid4().hex[:12]
+    settings = {
+        "config": config,
+        "force": args.force_group,
+        "disable": args.disable_group,
+        "trust": args.trust_config,
+        "report_dir": str(report_dir),
+        "run_id": run_id,
+        "affinity": {str(r): list(c) for r, c in runtime.rank_affinity.items()} if runtime else {},
+    }
+    env = runtime.environ(os.environ) if runtime else dict(os.environ)
+    env[ENV_SETTINGS] = json.dumps(settings)
+    env[ENV_HOME] = str(Path(turbo_physai.__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE_DIR), env.get("PYTHONPATH")]))
+    try:
+        status = subprocess.call(command, env=env)
+    except OSError as err:
+        print(f"turbo-physai run: cannot start {command[0]!r}: {err}", file=sys.stderr)
+        return 127
+    if status < 0:  # killed by a signal: report it the way a shell does
+        status = 128 - status
+    merged = merge(report_dir, run_id, command, status)
+    failed = merged["summary"]["activation_failed"]
+    print(
+        f"turbo-physai run: {len(merged['processes'])} process report(s) in "
+        f"{report_dir / 'report.json'}",
+        file=sys.stderr,
+    )
+    if failed:
+        print(
+            f"turbo-physai run: activation failed in {len(failed)} process(es): "
+            + "; ".join(failed),
+            file=sys.stderr,
+        )
+        return EXIT_ACTIVATION
+    return status
+
+
+def merge(report_dir: Path, run_id: str, command: list[str], status: int) -> dict[str, Any]:
+    processes = []
+    for path in sorted(report_dir.glob(f"process-{run_id}-*.json")):
+        processes.append(json.loads(path.read_text(encoding="utf-8")))
+    processes.sort(
+        key=lambda p: (p["process"]["rank"] is None, p["process"]["rank"] or 0, p["process"]["pid"])
+    )
+    ranks = [p for p in processes if p["process"]["rank"] is not None]
+    digests: dict[str, list[int]] = {}
+    for p in ranks:
+        digests.setdefault(p["digest"] or "none", []).append(p["process"]["rank"])
+    merged = {
+        "run": run_id,
+        "command": command,
+        "exit_code": status,
+        "summary": {
+            "processes": len(processes),
+            "ranks": sorted({p["process"]["rank"] for p in ranks}),
+            "activation_failed": [
+                f"{_who(p)}: {p['activation']['error']}"
+                for p in processes
+                if not p["activation"]["ok"]
+            ],
+            "digests": digests,
+            "mismatch": len(digests) > 1,
+        },
+        "processes": processes,
+    }
+    write_atomic(report_dir / "report.json", json.dumps(merged, indent=2) + "\n")
+    write_atomic(report_dir / "report.md", _markdown(merged))
+    return merged
+
+
+def _who(p: dict[str, Any]) -> str:
+    rank = p["process"]["rank"]
+    return f"rank {rank}" if rank is not None else f"pid {p['process']['pid']}"
+
+
+def _markdown(merged: dict[str, Any]) -> str:
+    lines = [
+        f"# turbo-physai run {merged['run']}",
+        "",
+        f"Command: `{' '.join(merged['command'])}`, exit status {merged['exit_code']}",
+        "",
+        "| rank | pid | activation | digest | applied groups |",
+        "|---|---|---|---|---|",
+    ]
+    for p in merged["processes"]:
+        proc, act = p["process"], p["activation"]
+        applied = [
+            g["id"] for g in (p["report"] or {}).get("groups", []) if g["status"] == "applied"
+        ]
+        lines.append(
+            f"| {proc['rank'] if proc['rank'] is not None else '-'} | {proc['pid']} "
+            f"| {'ok' if act['ok'] else 'failed: ' + str(act['error'])} "
+            f"| `{p['digest']}` | {', '.join(applied) or '-'} |"
+        )
+    if merged["summary"]["mismatch"]:
+        lines += ["", "**Ranks applied different optimizations.**"]
+    return "\n".join(lines) + "\n"

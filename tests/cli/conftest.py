@@ -1,0 +1,36 @@
+"""Run ``turbo-physai`` in a subprocess the way a user would, with the fixture packages (and
+their installed-distribution metadata, which publishes the fixture catalog) on PYTHONPATH."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture
+def fixtures(tmp_path):
+    """A private copy of the fixture packages: tests may edit their source."""
+    target = tmp_path / "fixtures"
+    shutil.copytree(FIXTURES, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+@pytest.fixture
+def cli(tmp_path, fixtures):
+    def run(*args, env=None, timeout=120):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TURBO_PHYSAI")}
+        environ["PYTHONPATH"] = run.pythonpath
+        environ["COLUMNS"] = "250"  # rich folds table cells to the terminal width
+        environ.update(env or {})
+        return subprocess.run([sys.executable, "-m", "turbo_physai.cli", *map(str, args)],
+                              cwd=tmp_path, env=environ, capture_output=True, text=True,
+                              timeout=timeout)
+
+    run.pythonpath = os.pathsep.join([str(ROOT / "src"), str(fixtures)])
+    return run
