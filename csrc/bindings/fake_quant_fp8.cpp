@@ -95,11 +95,13 @@ void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uin
 }  // namespace
 
 void bind_fake_quant_fp8(nb::module_ &m) {
-    m.def("fake_quant_fp8_cpu", &run_cpu, nb::arg("x"), nb::arg("scale"), nb::arg("out"),
+    // noconvert: an implicit dtype/device conversion would write `out` into a temporary copy.
+    m.def("fake_quant_fp8_cpu", &run_cpu, nb::arg("x").noconvert(), nb::arg("scale").noconvert(),
+          nb::arg("out").noconvert(),
           "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12); float32, CPU.");
 #ifdef TPA_WITH_CUDA
-    m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x"), nb::arg("scale"), nb::arg("out"),
-          nb::arg("stream"), "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
+    m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x").noconvert(),
+          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("stream"), "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
     m.attr("cuda_kernels") = true;
 #else
     m.attr("cuda_kernels") = false;

@@ -26,7 +26,11 @@ def _portable_probe() -> Callable[[], bool]:
     return exporting
 
 
+#: True under torch.jit.trace and ONNX export, where slots and call sites use portable math.
+exporting = _portable_probe()
+
+
 def install() -> None:
     """Under jit tracing and ONNX export slots run their reference; CUDA-graph capture is
     reported to implementations registered with ``requires={"graph_capture": False}``."""
-    _core.kernel_set_probes(_portable_probe(), torch.cuda.is_current_stream_capturing)
+    _core.kernel_set_probes(exporting, torch.cuda.is_current_stream_capturing)

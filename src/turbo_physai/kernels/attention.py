@@ -13,10 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-
-def exporting() -> bool:
-    """True under ``torch.jit.trace`` and ONNX export, where portable math is required."""
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+from turbo_physai.kernels._torch import exporting
 
 
 class _FusedWhenEager:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from turbo_physai.kernels._torch import exporting
+
 FP8_E4M3_MAX = 448.0
 SCALE_MIN = 1e-12
 
@@ -51,4 +53,6 @@ def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Reference of the ``fake_quant_fp8`` slot: per-tensor or per-channel (dim 0) scale,
     straight-through gradient to ``x``, none to ``scale``."""
     check_fake_quant_fp8(x, scale, "reference")
+    if exporting():  # an autograd.Function would be traced as an opaque PythonOp
+        return fake_quant_fp8_forward(x, scale)
     return _StraightThrough.apply(x, scale)
