@@ -40,6 +40,7 @@ struct State {
     nb::object portable;      // () -> bool: jit tracing or ONNX export in progress
     nb::object capturing;     // () -> bool: the current CUDA stream is being captured
     bool references_loaded = false, providers_loaded = false;
+    bool loading = false;     // registrations made now come from a provider load
 };
 State &state() {
     static State *s = new State();
@@ -69,6 +70,11 @@ void ensure_loaded() {
     State &st = state();
     if (st.providers_loaded || !st.loader.is_valid())
         return;
+    struct Loading {
+        bool &flag;
+        explicit Loading(bool &f) : flag(f) { flag = true; }
+        ~Loading() { flag = false; }
+    } loading(st.loading);
     if (!st.references_loaded) {
         st.references_loaded = true;
         st.loader("references");
@@ -328,6 +334,7 @@ void bind_kernel_registry(nb::module_ &m) {
             ImplInfo info;
             info.name = name;
             info.hub = hub;
+            info.provider = state().loading;
             if (!requires.is_none())
                 info.requires = parse_requirements(requires, slot, name);
             state().registry.add(slot, std::move(info), PyImpl{fn, predicate});

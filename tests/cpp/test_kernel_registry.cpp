@@ -17,10 +17,11 @@ using turbo_physai::Requirements;
 using turbo_physai::Selection;
 using Registry = turbo_physai::KernelRegistry<int>;
 
-ImplInfo info(const std::string &name, bool hub = false) {
+ImplInfo info(const std::string &name, bool hub = false, bool provider = false) {
     ImplInfo i;
     i.name = name;
     i.hub = hub;
+    i.provider = provider;
     return i;
 }
 
@@ -51,6 +52,16 @@ TEST_F(RegistryTest, NewestFirstReferenceLast) {
     r.add("late", info("x"), 1);
     r.add("late", info("reference"), 0);
     EXPECT_EQ(names(r, "late"), (std::vector<std::string>{"x", "reference"}));
+}
+
+TEST_F(RegistryTest, LazilyLoadedProvidersRankBelowProgramRegistrations) {
+    r.add("op", info("reference", false, true), 0);
+    r.add("op", info("mine"), 1);
+    r.add("op", info("builtin", false, true), 2);  // loaded on first use, after "mine"
+    r.add("op", info("plugin", false, true), 3);
+    r.add("op", info("mine2"), 4);
+    EXPECT_EQ(names(r, "op"),
+              (std::vector<std::string>{"mine2", "mine", "plugin", "builtin", "reference"}));
 }
 
 TEST_F(RegistryTest, DuplicateNameIsAnErrorAndOrderIsKept) {

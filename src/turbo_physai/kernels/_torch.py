@@ -33,4 +33,10 @@ exporting = _portable_probe()
 def install() -> None:
     """Under jit tracing and ONNX export slots run their reference; CUDA-graph capture is
     reported to implementations registered with ``requires={"graph_capture": False}``."""
-    _core.kernel_set_probes(exporting, torch.cuda.is_current_stream_capturing)
+    # Without CUDA no stream can be captured (and the CPU build's query raises).
+    capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else _never
+    _core.kernel_set_probes(exporting, capturing)
+
+
+def _never() -> bool:
+    return False

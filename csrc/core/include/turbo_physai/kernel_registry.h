@@ -1,6 +1,7 @@
 // csrc/core/include/turbo_physai/kernel_registry.h: the kernel registry's slot table and rules.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -68,6 +69,10 @@ struct ImplInfo {
     std::string name;
     Requirements requires;
     bool hub = false;  ///< loaded through the hub provider: off when TURBO_PHYSAI_HUB_KERNELS=0
+    /// Registered by a provider load. Providers load lazily, on first use, yet rank as if they
+    /// had registered at import: before every registration made by the program itself, so a
+    /// user's register() always counts as newer than the built-in kernels.
+    bool provider = false;
 
     bool is_reference() const { return name == kReference; }
     static constexpr const char *kReference = "reference";
@@ -166,20 +171,31 @@ public:
                 throw std::invalid_argument("slot '" + slot_name +
                                             "' already has an implementation named '" +
                                             info.name + "'; unregister it first");
-        s->entries_.push_back(std::make_shared<const Entry>(Entry{std::move(info), std::move(impl)}));
+        auto at = s->entries_.end();
+        if (info.provider)
+            at = std::find_if(s->entries_.begin(), s->entries_.end(),
+                              [](const EntryPtr &e) { return !e->info.provider; });
+        s->entries_.insert(at, std::make_shared<const Entry>(Entry{std::move(info), std::move(impl)}));
         s->cached_.reset();
     }
 
     /// Throws std::out_of_range naming the slot and the implementations it does have.
     void remove(const std::string &slot_name, const std::string &impl_name) {
         SlotPtr s = find(slot_name);
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (s) {
-            for (auto it = s->entries_.begin(); it != s->entries_.end(); ++it) {
-                if ((*it)->info.name == impl_name) {
-                    s->entries_.erase(it);
-                    s->cached_.reset();
-                    return;
+        // Released after the lock: dropping the payload may run arbitrary code (a Python
+        // __del__) that calls back into the registry.
+        EntryPtr removed;
+        std::shared_ptr<const Candidates> stale;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (s) {
+                for (auto it = s->entries_.begin(); it != s->entries_.end(); ++it) {
+                    if ((*it)->info.name == impl_name) {
+                        removed = *it;
+                        s->entries_.erase(it);
+                        stale = std::move(s->cached_);
+                        return;
+                    }
                 }
             }
         }
