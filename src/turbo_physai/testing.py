@@ -89,15 +89,22 @@ def _compare_forward(contract: Contract, ref, args, got: torch.Tensor) -> str | 
     if contract.exact:
         want = ref(*args).detach()
         if got.dtype != want.dtype or got.shape != want.shape:
-            return f"forward: got {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}"
+            return (
+                f"forward: got {got.dtype} {tuple(got.shape)}, "
+                f"want {want.dtype} {tuple(want.shape)}"
+            )
         bits = _BITS[got.dtype]
         bad = got.contiguous().view(bits) != want.contiguous().view(bits)
         return _mismatch("forward (bitwise)", got, want, bad) if bad.any() else None
     rtol, atol = contract.tolerances[got.dtype]
-    wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    wide = [
+        a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args
+    ]
     want = ref(*wide).detach()
     close = torch.isclose(got.double(), want, rtol=rtol, atol=atol, equal_nan=True)
-    return None if close.all() else _mismatch(f"forward (rtol={rtol}, atol={atol})", got, want, ~close)
+    return (
+        None if close.all() else _mismatch(f"forward (rtol={rtol}, atol={atol})", got, want, ~close)
+    )
 
 
 def check_conformance(
@@ -117,8 +124,13 @@ def check_conformance(
         for shape in shapes:
             gen = torch.Generator().manual_seed(seed)
             for case, args in enumerate(contract.cases(tuple(shape), dtype, gen)):
-                where = f"{slot}: implementation {impl!r}, shape {tuple(shape)}, {dtype}, case {case}"
-                mine, theirs = _prepare(args, contract.grad_args), _prepare(args, contract.grad_args)
+                where = (
+                    f"{slot}: implementation {impl!r}, shape {tuple(shape)}, {dtype}, case {case}"
+                )
+                mine, theirs = (
+                    _prepare(args, contract.grad_args),
+                    _prepare(args, contract.grad_args),
+                )
                 got = impl(*mine)
                 problem = _compare_forward(contract, ref, theirs, got.detach())
                 if problem:
@@ -129,12 +141,15 @@ def check_conformance(
                 for i in contract.grad_args:
                     g_mine, g_ref = mine[i].grad, theirs[i].grad
                     if (g_mine is None) != (g_ref is None):
-                        raise AssertionError(f"{where}: gradient of argument {i} missing on one side")
+                        raise AssertionError(
+                            f"{where}: gradient of argument {i} missing on one side"
+                        )
                     if g_mine is not None and g_mine.numel():
                         diff = (g_mine.double() - g_ref.double()).abs().max().item()
                         if not diff <= GRAD_TOLERANCE:
                             raise AssertionError(
-                                f"{where}: gradient of argument {i} differs by {diff} > {GRAD_TOLERANCE}"
+                                f"{where}: gradient of argument {i} differs by {diff} "
+                                f"> {GRAD_TOLERANCE}"
                             )
                 checked += 1
     return checked

@@ -58,8 +58,14 @@ def build_kernel_repo(root, init_source):
     """A kernel repository as the `kernels` package lays it out: build/<variant>/..."""
     variant = root / "build" / "torch-cpu"
     variant.mkdir(parents=True)
-    metadata = {"id": "fq_cpu_test", "name": "fake-quant", "version": 1, "license": "Apache-2.0",
-                "backend": {"type": "cpu"}, "python-depends": []}
+    metadata = {
+        "id": "fq_cpu_test",
+        "name": "fake-quant",
+        "version": 1,
+        "license": "Apache-2.0",
+        "backend": {"type": "cpu"},
+        "python-depends": [],
+    }
     (variant / "metadata.json").write_text(json.dumps(metadata))
     (variant / "__init__.py").write_text(textwrap.dedent(init_source))
     return root
@@ -96,14 +102,16 @@ def make_entry_points(tmp_path):
     (dist / "entry_points.txt").write_text(
         "[turbo_physai.kernels]\ngood = tpa_fake_provider:register\nbad = tpa_broken_provider\n"
     )
-    (site / "tpa_fake_provider.py").write_text(textwrap.dedent("""
+    (site / "tpa_fake_provider.py").write_text(
+        textwrap.dedent("""
         from turbo_physai import kernels
         from turbo_physai.kernels import reference
 
         def register():
             kernels.register("fake_quant_fp8", reference.fake_quant_fp8_forward, name="ext",
                              requires={"dtype": "float16", "args": [0]})
-    """))
+    """)
+    )
     (site / "tpa_broken_provider.py").write_text("raise ImportError('libfoo.so not found')\n")
     return [str(site)]
 
@@ -136,7 +144,9 @@ def test_entry_points_register_and_a_broken_one_warns_once(tmp_path):
 
 @pytest.mark.parametrize("value", ["off", "reference", "Reference"])
 def test_off_imports_no_accelerated_provider(tmp_path, value):
-    out = result_of(ENTRY_POINT_CHECK, env={"TURBO_PHYSAI_KERNELS": value}, path=make_entry_points(tmp_path))
+    out = result_of(
+        ENTRY_POINT_CHECK, env={"TURBO_PHYSAI_KERNELS": value}, path=make_entry_points(tmp_path)
+    )
     assert out["active"] == "reference"
     assert out["half"] == "fake_quant_fp8"  # the reference itself
     assert out["modules"] == []
@@ -144,7 +154,9 @@ def test_off_imports_no_accelerated_provider(tmp_path, value):
 
 
 def test_named_selection_keeps_only_that_implementation(tmp_path):
-    out = result_of(ENTRY_POINT_CHECK, env={"TURBO_PHYSAI_KERNELS": "cpp"}, path=make_entry_points(tmp_path))
+    out = result_of(
+        ENTRY_POINT_CHECK, env={"TURBO_PHYSAI_KERNELS": "cpp"}, path=make_entry_points(tmp_path)
+    )
     assert out["active"] == "cpp"
     assert out["half"] == "fake_quant_fp8"  # 'ext' is registered but not selected
 
@@ -160,8 +172,10 @@ def test_hub_kernel_loads_from_the_pinned_revision(tmp_path):
 def test_hub_kernel_from_a_local_directory(tmp_path):
     # The `kernels` package's own local override: LOCAL_KERNELS=<repo id>=<directory>.
     repo = build_kernel_repo(tmp_path / "local-repo", KERNEL_SOURCE)
-    out = result_of(HUB_CHECK, env={"LOCAL_KERNELS": f"{REPO}={repo}",
-                                    "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    out = result_of(
+        HUB_CHECK,
+        env={"LOCAL_KERNELS": f"{REPO}={repo}", "HF_HUB_CACHE": str(tmp_path / "empty-cache")},
+    )
     assert out["correct"] and out["hub_calls"] == 3
 
 

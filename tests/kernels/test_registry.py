@@ -34,7 +34,9 @@ def test_newest_registration_wins_and_reference_is_last(slot_name):
 
 def test_duplicate_and_missing_names_are_errors(slot_name):
     kernels.register(slot_name, tag("a"), name="a")
-    with pytest.raises(ValueError, match=f"slot '{slot_name}' already has an implementation named 'a'"):
+    with pytest.raises(
+        ValueError, match=f"slot '{slot_name}' already has an implementation named 'a'"
+    ):
         kernels.register(slot_name, tag("a2"), name="a")
     with pytest.raises(LookupError, match=r"no implementation named 'zz' \(registered: 'a'\)"):
         kernels.unregister(slot_name, "zz")
@@ -51,8 +53,12 @@ def test_unknown_slot_resolves_to_none_and_calls_fail_clearly():
 
 def test_native_requirements_decline_and_fall_through(slot_name):
     kernels.register(slot_name, tag("ref"), name="reference")
-    kernels.register(slot_name, tag("f32"), name="f32", requires={"dtype": "float32", "rank": (1, 2)})
-    kernels.register(slot_name, tag("contig"), name="contig", requires={"contiguous": True, "args": [0]})
+    kernels.register(
+        slot_name, tag("f32"), name="f32", requires={"dtype": "float32", "rank": (1, 2)}
+    )
+    kernels.register(
+        slot_name, tag("contig"), name="contig", requires={"contiguous": True, "args": [0]}
+    )
     a = np.ones((3, 4), dtype=np.float32)
     assert kernels.call(slot_name, a) == "contig"
     assert kernels.call(slot_name, a.T) == "f32"  # not C-contiguous
@@ -73,8 +79,12 @@ def test_requirements_read_torch_style_attributes(slot_name):
             return True
 
     kernels.register(slot_name, tag("ref"), name="reference")
-    kernels.register(slot_name, tag("cuda"), name="cuda", requires={"device": "cuda", "dtype": "float16"})
-    kernels.register(slot_name, tag("cap"), name="cap", requires={"device": "cuda", "graph_capture": False})
+    kernels.register(
+        slot_name, tag("cuda"), name="cuda", requires={"device": "cuda", "dtype": "float16"}
+    )
+    kernels.register(
+        slot_name, tag("cap"), name="cap", requires={"device": "cuda", "graph_capture": False}
+    )
     assert kernels.call(slot_name, FakeCudaTensor()) == "cap"
     _core.kernel_set_probes(lambda: False, lambda: True)  # pretend a CUDA graph is being captured
     try:
@@ -112,7 +122,9 @@ def test_raising_predicate_warns_once_and_counts_as_no(slot_name):
 
     kernels.register(slot_name, tag("ref"), name="reference")
     kernels.register(slot_name, tag("p"), name="p", predicate=broken)
-    with pytest.warns(RuntimeWarning, match="predicate of implementation 'p' .* ZeroDivisionError: boom"):
+    with pytest.warns(
+        RuntimeWarning, match="predicate of implementation 'p' .* ZeroDivisionError: boom"
+    ):
         assert kernels.call(slot_name, 1) == "ref"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -128,7 +140,9 @@ def test_failing_implementation_is_disabled_once_and_the_call_still_succeeds(slo
 
     kernels.register(slot_name, lambda x: x * 2, name="reference")
     kernels.register(slot_name, flaky, name="flaky")
-    with pytest.warns(RuntimeWarning, match="'flaky' of slot .*RuntimeError: kernel image not found.*disabled"):
+    with pytest.warns(
+        RuntimeWarning, match="'flaky' of slot .*RuntimeError: kernel image not found.*disabled"
+    ):
         assert kernels.call(slot_name, 21) == 42
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -6,8 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from turbo_physai import _core  # noqa: E402
-from turbo_physai import kernels  # noqa: E402
+from turbo_physai import _core, kernels  # noqa: E402
 from turbo_physai.kernels import reference  # noqa: E402
 from turbo_physai.ops import fake_quant_fp8 as op_module  # noqa: E402
 from turbo_physai.testing import check_conformance  # noqa: E402
@@ -28,8 +27,9 @@ def assert_bitwise(got, want):
     if bad.any():
         i = int(bad.nonzero()[0][0]) if bad.dim() else 0
         raise AssertionError(
-            f"{int(bad.sum())} mismatches; first x index {i}: got {hex(int(gb.view(-1)[i]) & 0xFFFFFFFF)}"
-            f", want {hex(int(wb.view(-1)[i]) & 0xFFFFFFFF)}"
+            f"{int(bad.sum())} mismatches; first at flat index {i}: "
+            f"got {hex(int(gb.view(-1)[i]) & 0xFFFFFFFF)}, "
+            f"want {hex(int(wb.view(-1)[i]) & 0xFFFFFFFF)}"
         )
 
 
@@ -64,7 +64,9 @@ def fp8_boundaries():
 
 def test_fp8_rounding_boundaries_and_specials():
     x = fp8_boundaries()
-    nan_payloads = torch.tensor([0x7FC00000, 0x7F800001, 0x7FFFFFFF, -0x400000, -1], dtype=torch.int32)
+    nan_payloads = torch.tensor(
+        [0x7FC00000, 0x7F800001, 0x7FFFFFFF, -0x400000, -1], dtype=torch.int32
+    )
     specials = torch.cat(
         [
             torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 1e-45, -1e-45, 1.17e-38]),
@@ -130,9 +132,13 @@ def test_opcheck(per_channel):
 
 def test_bad_inputs_name_the_problem():
     x = torch.randn(4, 6)
-    with pytest.raises(ValueError, match=r"implementation 'reference'\): scale must have 1 element .* shape \(4,\)"):
+    with pytest.raises(
+        ValueError, match=r"implementation 'reference'\): scale must have 1 element .* shape \(4,\)"
+    ):
         reference.fake_quant_fp8(x, torch.ones(3))
-    with pytest.raises(ValueError, match=r"'turbo_physai::fake_quant_fp8'\): scale .*got shape \(2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"'turbo_physai::fake_quant_fp8'\): scale .*got shape \(2, 2\)"
+    ):
         OP(x, torch.ones(2, 2))
     with pytest.raises(TypeError, match="x must be a floating tensor, got torch.int32"):
         kernels.fake_quant_fp8(x.int(), torch.tensor(1.0))
