@@ -114,9 +114,10 @@ def check_conformance(
     dtypes: Iterable[torch.dtype],
     *,
     seed: int = 0,
+    device: str = "cpu",
 ) -> int:
     """Raise AssertionError naming slot, shape, dtype and the first mismatch; return the number
-    of cases checked."""
+    of cases checked. Inputs are generated on the CPU, then moved to ``device``."""
     contract = CONTRACTS[slot]
     ref = _reference(slot)
     checked = 0
@@ -124,6 +125,7 @@ def check_conformance(
         for shape in shapes:
             gen = torch.Generator().manual_seed(seed)
             for case, args in enumerate(contract.cases(tuple(shape), dtype, gen)):
+                args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
                 where = (
                     f"{slot}: implementation {impl!r}, shape {tuple(shape)}, {dtype}, case {case}"
                 )
@@ -135,7 +137,8 @@ def check_conformance(
                 problem = _compare_forward(contract, ref, theirs, got.detach())
                 if problem:
                     raise AssertionError(f"{where}: {problem}")
-                grad_out = torch.randn(got.shape, generator=gen, dtype=torch.float64).to(got.dtype)
+                grad_out = torch.randn(got.shape, generator=gen, dtype=torch.float64)
+                grad_out = grad_out.to(device=device, dtype=got.dtype)
                 got.backward(grad_out)
                 ref(*theirs).backward(grad_out)
                 for i in contract.grad_args:

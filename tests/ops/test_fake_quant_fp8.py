@@ -191,3 +191,51 @@ def test_jit_trace_records_portable_math():
     assert {"aten::div", "aten::clamp", "aten::mul"} <= kinds
     x = torch.randn(4, 4) * 100
     assert torch.equal(traced(x), _Quantize()(x))
+
+
+needs_cuda = pytest.mark.skipif(
+    not (torch.cuda.is_available() and _core.cuda_kernels), reason="needs a GPU and a CUDA build"
+)
+
+
+@needs_cuda
+@pytest.mark.parametrize("scale", SCALES)
+def test_cuda_kernel_matches_the_reference_bitwise(scale):
+    step = 251
+    bits = torch.arange(0, 1 << 32, step, dtype=torch.int64)
+    x = (bits - (1 << 32) * (bits >= (1 << 31))).to(torch.int32).view(torch.float32)
+    x = torch.cat([x, fp8_boundaries()])
+    s = torch.tensor(scale)
+    got = OP(x.cuda(), s.cuda()).cpu()
+    assert_bitwise(got, reference.fake_quant_fp8_forward(x, s))
+    assert_bitwise(got, reference.fake_quant_fp8_forward(x.cuda(), s.cuda()).cpu())
+
+
+@needs_cuda
+def test_cuda_implementation_conforms_and_is_selected():
+    x, s = torch.randn(8, 8, device="cuda"), torch.tensor(0.5, device="cuda")
+    assert kernels.active()["fake_quant_fp8"] == "cuda"
+    assert kernels.resolve("fake_quant_fp8", x, s) is OP
+    shapes = [(), (5,), (3, 17), (2, 3, 4), (0, 3)]
+    assert check_conformance("fake_quant_fp8", OP, shapes, [torch.float32], device="cuda") > 0
+
+
+@needs_cuda
+def test_cuda_kernel_runs_on_the_current_stream_and_in_graphs():
+    x = torch.randn(64, 128, device="cuda") * 300
+    s = torch.rand(64, device="cuda") + 0.1
+    want = reference.fake_quant_fp8_forward(x, s)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = kernels.fake_quant_fp8(x, s)
+    side.synchronize()
+    assert_bitwise(got, want)
+    static_out = kernels.fake_quant_fp8(x, s)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = kernels.fake_quant_fp8(x, s)
+    x.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise(static_out, reference.fake_quant_fp8_forward(x, s))
