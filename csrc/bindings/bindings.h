@@ -10,5 +10,7 @@ namespace nb = nanobind;
 void bind_planner(nb::module_ &m);
 void bind_journal(nb::module_ &m);
 void bind_dispatcher(nb::module_ &m);
+void bind_kernel_registry(nb::module_ &m);
+void bind_fake_quant_fp8(nb::module_ &m);
 
 }  // namespace turbo_physai::bindings

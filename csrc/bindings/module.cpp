@@ -6,4 +6,6 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_planner(m);
     turbo_physai::bindings::bind_journal(m);
     turbo_physai::bindings::bind_dispatcher(m);
+    turbo_physai::bindings::bind_kernel_registry(m);
+    turbo_physai::bindings::bind_fake_quant_fp8(m);
 }

@@ -1,0 +1,38 @@
+"""Shared fixtures: a scratch slot name per test, and subprocess helpers for env/import checks."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+_counter = itertools.count()
+
+
+@pytest.fixture
+def slot_name(request):
+    """A slot nobody else uses (the registry is process-wide and has no 'delete slot')."""
+    return f"test_{request.node.name}_{next(_counter)}".replace("[", "_").replace("]", "_")
+
+
+def run_python(code: str, env: dict[str, str] | None = None, path: list[str] | None = None):
+    """Run ``code`` in a fresh interpreter with src/ importable; no network (HF offline)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TURBO_PHYSAI_")}
+    full_env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(SRC)])
+    full_env["HF_HUB_OFFLINE"] = "1"
+    full_env.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout
