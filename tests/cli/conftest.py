@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import turbo_physai
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
+# Where the package under test lives: src/ in a developer build, site-packages when installed.
+PACKAGE_ROOT = Path(turbo_physai.__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -32,5 +36,5 @@ def cli(tmp_path, fixtures):
                               cwd=tmp_path, env=environ, capture_output=True, text=True,
                               timeout=timeout)
 
-    run.pythonpath = os.pathsep.join([str(ROOT / "src"), str(fixtures)])
+    run.pythonpath = os.pathsep.join([str(PACKAGE_ROOT), str(fixtures)])
     return run

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+import turbo_physai
+
+# Where the package under test lives: src/ in a developer build, site-packages when installed.
+PACKAGE_ROOT = Path(turbo_physai.__file__).resolve().parents[1]
 _counter = itertools.count()
 
 
@@ -22,9 +25,9 @@ def slot_name(request):
 
 
 def run_python(code: str, env: dict[str, str] | None = None, path: list[str] | None = None):
-    """Run ``code`` in a fresh interpreter with src/ importable; no network (HF offline)."""
+    """Run ``code`` in a fresh interpreter with the package importable; no network (HF offline)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TURBO_PHYSAI_")}
-    full_env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(SRC)])
+    full_env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(PACKAGE_ROOT)])
     full_env["HF_HUB_OFFLINE"] = "1"
     full_env.update(env or {})
     result = subprocess.run(
