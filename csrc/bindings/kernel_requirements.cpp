@@ -122,7 +122,8 @@ nb::dict requirements_dict(const Requirements &req) {
         d["contiguous"] = true;
     if (req.min_rank > 0 || req.max_rank >= 0)
         d["rank"] = nb::make_tuple(req.min_rank,
-                                   req.max_rank < 0 ? nb::none() : nb::int_(req.max_rank));
+                                   req.max_rank < 0 ? nb::object(nb::none())
+                                                    : nb::object(nb::int_(req.max_rank)));
     if (!req.graph_capture)
         d["graph_capture"] = false;
     if (!req.args.empty()) {
