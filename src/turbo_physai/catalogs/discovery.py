@@ -10,8 +10,10 @@ refused unless the caller passes ``trust=True`` (``--trust-config`` on the CLI).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import sys
 import threading
 import weakref
 from collections.abc import Iterable
@@ -41,10 +43,17 @@ class CatalogSource:
 
 
 def installed() -> list[CatalogSource]:
+    return list(_installed(tuple(sys.path)))
+
+
+# Scanning distributions for entry points costs tens of milliseconds and check/apply ask on
+# every call (A/B loops apply hundreds of times); the answer changes only with sys.path.
+@functools.lru_cache(maxsize=8)
+def _installed(path: tuple[str, ...]) -> tuple[CatalogSource, ...]:
     found = [CatalogSource(m, m) for m in BUILTIN]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         found.append(CatalogSource(ep.name, ep.module))
-    return found
+    return tuple(found)
 
 
 _loaded: weakref.WeakKeyDictionary[GroupRegistry, set[str]] = weakref.WeakKeyDictionary()
