@@ -5,6 +5,7 @@ if [ ! -f /usr/include/gtest/gtest.h ] || ! command -v ninja >/dev/null; then
 fi
 [ -d .venv ] || python3 -m venv .venv
 source .venv/bin/activate
-# torch==2.13.0 is the CPU build this machine kind keeps on disk; a bare `torch` would pull CUDA.
-python -m pip install -q torch==2.13.0 ruff
+# Pinned to the torch/torchvision pair this machine kind keeps on disk (no download): timm needs
+# torchvision, and PyPI's torchvision does not import beside the CPU-only torch 2.13 wheel.
+python -m pip install -q torch==2.14.1 torchvision==0.29.1 ruff
 python -m pip install -q ".[test]"
