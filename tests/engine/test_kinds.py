@@ -31,7 +31,12 @@ class WithSetupContext(torch.autograd.Function):
 
 def test_apply_reports_forward_without_ctx():
     assert str(kinds.signature_of(WithCtx.apply)) == "(input, offset, bias=None, stride=1)"
-    assert str(inspect.signature(WithCtx.apply)) == "(*args, **kwargs)"  # what we see through
+    # What we see through: (*args, **kwargs) up to torch 2.13, no signature at all from 2.14.
+    try:
+        plain = str(inspect.signature(WithCtx.apply))
+    except ValueError:
+        plain = None
+    assert plain in (None, "(*args, **kwargs)")
 
 
 def test_setup_context_style_forward_keeps_all_parameters():

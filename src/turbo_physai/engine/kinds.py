@@ -63,7 +63,9 @@ def _autograd_forward(obj: Any) -> inspect.Signature | None:
     ``F.forward`` takes after ``ctx`` (mmcv exports ops as ``op = F.apply``). None otherwise.
     Recognised by name along the MRO, so the engine still never imports torch."""
     owner = getattr(obj, "__self__", None)
-    if not (inspect.ismethod(obj) and obj.__name__ == "apply" and isinstance(owner, type)):
+    # A Python bound classmethod up to torch 2.13, a builtin method of the metaclass from 2.14.
+    bound = inspect.ismethod(obj) or inspect.isbuiltin(obj)
+    if not (bound and getattr(obj, "__name__", None) == "apply" and isinstance(owner, type)):
         return None
     if not any(
         k.__module__ == "torch.autograd.function" and k.__name__ == "Function"
