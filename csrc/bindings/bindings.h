@@ -10,5 +10,6 @@ namespace nb = nanobind;
 void bind_planner(nb::module_ &m);
 void bind_journal(nb::module_ &m);
 void bind_dispatcher(nb::module_ &m);
+void bind_ms_deform_attn(nb::module_ &m);
 
 }  // namespace turbo_physai::bindings

@@ -6,4 +6,5 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_planner(m);
     turbo_physai::bindings::bind_journal(m);
     turbo_physai::bindings::bind_dispatcher(m);
+    turbo_physai::bindings::bind_ms_deform_attn(m);
 }
