@@ -1,6 +1,7 @@
 // csrc/kernels/ms_deform_attn/bilinear.h: bilinear corners of one sampling point, and channel loops.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -43,6 +44,25 @@ inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width
     add(y0 + 1, x0 + 1, fy * fx, fy, fx);
 }
 
+/// Asks for the first cache lines of a channel row before it is used. Sampled rows are scattered
+/// over maps of megabytes; requesting a whole batch of them first lets the misses overlap instead
+/// of being paid one after the other, which is most of the kernel's time at decoder sizes.
+template <typename T>
+inline void prefetch(const T *row, std::int64_t channels, bool for_write) {
+#if defined(__GNUC__)
+    const auto *bytes = reinterpret_cast<const char *>(row);
+    const std::int64_t end = std::min<std::int64_t>(channels * sizeof(T), 256);
+    for (std::int64_t b = 0; b < end; b += 64) {
+        if (for_write)
+            __builtin_prefetch(bytes + b, 1);
+        else
+            __builtin_prefetch(bytes + b, 0);
+    }
+#else
+    (void)row, (void)channels, (void)for_write;
+#endif
+}
+
 /// out += sum over corners of w[i] * v[i]; one pass over `out` when all four corners are in.
 template <typename T>
 inline void accumulate(T *__restrict out, const T *const v[4], const T w[4], int count,
@@ -51,31 +71,55 @@ inline void accumulate(T *__restrict out, const T *const v[4], const T w[4], int
         const T *__restrict v0 = v[0], *__restrict v1 = v[1], *__restrict v2 = v[2],
                             *__restrict v3 = v[3];
         const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-#pragma omp simd
         for (std::int64_t d = 0; d < channels; ++d)
             out[d] += w0 * v0[d] + w1 * v1[d] + w2 * v2[d] + w3 * v3[d];
         return;
     }
-    for (int i = 0; i < count; ++i) {
-        const T *__restrict vi = v[i];
-        const T wi = w[i];
-#pragma omp simd
+    for (int i = 0; i < count; ++i)
         for (std::int64_t d = 0; d < channels; ++d)
-            out[d] += wi * vi[d];
+            out[d] += w[i] * v[i][d];
+}
+
+/// Partial sums per lane: independent lanes vectorize without reassociating a float sum (no
+/// -ffast-math), and lane_sum adds them in a fixed order, so dots are reproducible bit for bit.
+template <typename T>
+constexpr int kLanes = 32 / sizeof(T);
+
+/// dot[i] = <g, v[i]> for K corner rows read side by side (K is fixed so the lanes unroll).
+template <int K, typename T>
+inline void dots_of(const T *__restrict g, const T *const v[], std::int64_t channels, T dot[]) {
+    constexpr int kL = kLanes<T>;
+    T acc[K][kL] = {};
+    std::int64_t d = 0;
+    for (; d + kL <= channels; d += kL)
+        for (int i = 0; i < K; ++i)
+            for (int j = 0; j < kL; ++j)
+                acc[i][j] += g[d + j] * v[i][d + j];
+    for (int j = 0; d < channels; ++d, ++j)
+        for (int i = 0; i < K; ++i)
+            acc[i][j] += g[d] * v[i][d];
+    for (int i = 0; i < K; ++i) {
+        T s = 0;
+        for (int j = 0; j < kL; ++j)
+            s += acc[i][j];
+        dot[i] = s;
     }
 }
 
-/// Returns dot(g, v) and does grad_v += scale * g in the same pass over the channels.
+/// dot[i] = <g, v[i]> for the `count` in-bounds corners; the same bits whichever branch runs.
 template <typename T>
-inline T dot_and_scatter(const T *__restrict g, const T *__restrict v, T *__restrict grad_v,
-                         T scale, std::int64_t channels) {
-    T dot = 0;
-#pragma omp simd reduction(+ : dot)
-    for (std::int64_t d = 0; d < channels; ++d) {
-        dot += g[d] * v[d];
+inline void dots(const T *g, const T *const v[4], int count, std::int64_t channels, T dot[4]) {
+    if (count == 4)
+        return dots_of<4>(g, v, channels, dot);
+    for (int i = 0; i < count; ++i)
+        dots_of<1>(g, v + i, channels, dot + i);
+}
+
+/// grad_v += scale * g over the channels.
+template <typename T>
+inline void scatter(const T *__restrict g, T *__restrict grad_v, T scale, std::int64_t channels) {
+    for (std::int64_t d = 0; d < channels; ++d)
         grad_v[d] += scale * g[d];
-    }
-    return dot;
 }
 
 }  // namespace turbo_physai::kernels::msda::detail

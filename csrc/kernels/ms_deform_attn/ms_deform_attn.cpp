@@ -1,11 +1,11 @@
-// csrc/kernels/ms_deform_attn/ms_deform_attn.cpp: forward and backward loops, threaded and vectorized.
+// csrc/kernels/ms_deform_attn/ms_deform_attn.cpp: level checks, threading and ISA dispatch of MSDA.
 #include "ms_deform_attn/ms_deform_attn.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "ms_deform_attn/bilinear.h"
+#include "ms_deform_attn/loops.h"
 #include "turbo_physai/parallel.h"
 
 namespace turbo_physai::kernels::msda {
@@ -14,6 +14,46 @@ namespace {
 // Work handed to a thread at a time, in multiply-adds: large enough that the atomic chunk counter
 // costs nothing, small enough that two cores stay balanced on a 300-query decoder call.
 constexpr std::int64_t kChunkWork = 1 << 15;
+// Bytes of grad_value zeroed per chunk.
+constexpr std::int64_t kZeroChunkBytes = 1 << 18;
+
+// The loops compiled once per instruction set, picked at load time by the resolver GCC emits
+// (an ifunc): the wheel stays baseline x86-64, yet AVX2/AVX-512 machines run wide vectors. Results
+// are deterministic on a machine; across machines the chosen clone (FMA or not) may change the
+// last bits. `flatten` inlines loops.h into each clone, so no clone calls a baseline copy.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TPA_ISA_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+#else
+#define TPA_ISA_CLONES
+#endif
+
+TPA_ISA_CLONES void forward_range(const Problem &pb, const Inputs<float> &in,
+                                  const Strided<float, 4> &out, std::int64_t b, std::int64_t e) {
+    detail::forward_rows(pb, in, out, b, e);
+}
+TPA_ISA_CLONES void forward_range(const Problem &pb, const Inputs<double> &in,
+                                  const Strided<double, 4> &out, std::int64_t b, std::int64_t e) {
+    detail::forward_rows(pb, in, out, b, e);
+}
+TPA_ISA_CLONES void zero_range(const Problem &pb, const Strided<float, 4> &grad_value,
+                               std::int64_t b, std::int64_t e) {
+    detail::zero_rows(pb, grad_value, b, e);
+}
+TPA_ISA_CLONES void zero_range(const Problem &pb, const Strided<double, 4> &grad_value,
+                               std::int64_t b, std::int64_t e) {
+    detail::zero_rows(pb, grad_value, b, e);
+}
+TPA_ISA_CLONES void backward_range(const Problem &pb, const Inputs<float> &in,
+                                   const Strided<const float, 4> &grad_out,
+                                   const Gradients<float> &gr, std::int64_t b, std::int64_t e) {
+    detail::backward_tasks(pb, in, grad_out, gr, b, e);
+}
+TPA_ISA_CLONES void backward_range(const Problem &pb, const Inputs<double> &in,
+                                   const Strided<const double, 4> &grad_out,
+                                   const Gradients<double> &gr, std::int64_t b, std::int64_t e) {
+    detail::backward_tasks(pb, in, grad_out, gr, b, e);
+}
 
 void require_dense_channels(std::int64_t channels, std::int64_t stride, const char *name) {
     if (channels > 1 && stride != 1)
@@ -59,42 +99,11 @@ template <typename T>
 void forward(const Problem &pb, const Inputs<T> &in, Strided<T, 4> out, int max_threads) {
     require_dense_channels(pb.channels, in.value.stride[3], "value");
     require_dense_channels(pb.channels, out.stride[3], "output");
-    const std::int64_t D = pb.channels, M = pb.heads, Lq = pb.queries, P = pb.points;
-    const auto L = static_cast<std::int64_t>(pb.levels.size());
-    const auto &vs = in.value.stride;
-    const auto &ls = in.sampling_locations.stride;
-    const auto &as = in.attention_weights.stride;
-    const std::int64_t row_work = std::max<std::int64_t>(1, L * P * 4 * D);
-
-    // One task per output row (n, q, m): the row is summed by one thread in (level, point) order.
-    parallel_for(pb.batch * Lq * M, kChunkWork / row_work + 1, max_threads,
-                 [&](std::int64_t begin, std::int64_t end) {
-        detail::Corners<T> c;
-        const T *v[4];
-        T w[4];
-        for (std::int64_t r = begin; r < end; ++r) {
-            const std::int64_t n = r / (Lq * M), q = r / M % Lq, m = r % M;
-            T *o = out.data + n * out.stride[0] + q * out.stride[1] + m * out.stride[2];
-            std::fill(o, o + D, T(0));
-            const T *value_nm = in.value.data + n * vs[0] + m * vs[2];
-            const T *loc = in.sampling_locations.data + n * ls[0] + q * ls[1] + m * ls[2];
-            const T *attn = in.attention_weights.data + n * as[0] + q * as[1] + m * as[2];
-            for (std::int64_t l = 0; l < L; ++l) {
-                const Level &lv = pb.levels[static_cast<std::size_t>(l)];
-                const T *value_l = value_nm + lv.start * vs[1];
-                for (std::int64_t p = 0; p < P; ++p) {
-                    const T *xy = loc + l * ls[3] + p * ls[4];
-                    detail::corners_of(xy[0], xy[ls[5]], lv.height, lv.width, c);
-                    const T a = attn[l * as[3] + p * as[4]];
-                    for (int i = 0; i < c.count; ++i) {
-                        v[i] = value_l + c.row[i] * vs[1];
-                        w[i] = a * c.weight[i];
-                    }
-                    detail::accumulate(o, v, w, c.count, D);
-                }
-            }
-        }
-    });
+    const std::int64_t row_work =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(pb.levels.size()) * pb.points * 4 *
+                                      pb.channels);
+    parallel_for(pb.batch * pb.queries * pb.heads, kChunkWork / row_work + 1, max_threads,
+                 [&](std::int64_t b, std::int64_t e) { forward_range(pb, in, out, b, e); });
 }
 
 template <typename T>
@@ -103,55 +112,15 @@ void backward(const Problem &pb, const Inputs<T> &in, Strided<const T, 4> grad_o
     require_dense_channels(pb.channels, in.value.stride[3], "value");
     require_dense_channels(pb.channels, grad_out.stride[3], "grad_output");
     require_dense_channels(pb.channels, gr.value.stride[3], "grad_value");
-    const std::int64_t D = pb.channels, M = pb.heads, Lq = pb.queries, P = pb.points;
-    const auto L = static_cast<std::int64_t>(pb.levels.size());
-    const auto &vs = in.value.stride;
-    const auto &gvs = gr.value.stride;
-    const auto &ls = in.sampling_locations.stride;
-    const auto &as = in.attention_weights.stride;
-    const auto &gls = gr.sampling_locations.stride;
-    const auto &gas = gr.attention_weights.stride;
-    const auto &gos = grad_out.stride;
-
-    // One task per (n, m, level): it owns grad_value[n, level rows, m, :] and the (n, :, m, level)
-    // slices of the other two gradients (see the header for why this makes the backward exact).
-    parallel_for(pb.batch * M * L, 1, max_threads, [&](std::int64_t begin, std::int64_t end) {
-        detail::Corners<T> c;
-        for (std::int64_t t = begin; t < end; ++t) {
-            const std::int64_t n = t / (M * L), m = t / L % M, l = t % L;
-            const Level &lv = pb.levels[static_cast<std::size_t>(l)];
-            const T *value_l = in.value.data + n * vs[0] + m * vs[2] + lv.start * vs[1];
-            T *grad_value_l = gr.value.data + n * gvs[0] + m * gvs[2] + lv.start * gvs[1];
-            for (std::int64_t row = 0; row < lv.height * lv.width; ++row)
-                std::fill(grad_value_l + row * gvs[1], grad_value_l + row * gvs[1] + D, T(0));
-            for (std::int64_t q = 0; q < Lq; ++q) {
-                const T *g = grad_out.data + n * gos[0] + q * gos[1] + m * gos[2];
-                for (std::int64_t p = 0; p < P; ++p) {
-                    const T *xy = in.sampling_locations.data + n * ls[0] + q * ls[1] + m * ls[2] +
-                                  l * ls[3] + p * ls[4];
-                    const T a = in.attention_weights.data[n * as[0] + q * as[1] + m * as[2] +
-                                                          l * as[3] + p * as[4]];
-                    detail::corners_of(xy[0], xy[ls[5]], lv.height, lv.width, c);
-                    T grad_a = 0, grad_x = 0, grad_y = 0;
-                    for (int i = 0; i < c.count; ++i) {
-                        const T dot = detail::dot_and_scatter(g, value_l + c.row[i] * vs[1],
-                                                              grad_value_l + c.row[i] * gvs[1],
-                                                              a * c.weight[i], D);
-                        grad_a += c.weight[i] * dot;
-                        grad_x += c.d_dx[i] * dot;
-                        grad_y += c.d_dy[i] * dot;
-                    }
-                    T *gxy = gr.sampling_locations.data + n * gls[0] + q * gls[1] + m * gls[2] +
-                             l * gls[3] + p * gls[4];
-                    // d(pixel x)/d(loc x) = W, likewise H for y.
-                    gxy[0] = a * grad_x * static_cast<T>(lv.width);
-                    gxy[gls[5]] = a * grad_y * static_cast<T>(lv.height);
-                    gr.attention_weights.data[n * gas[0] + q * gas[1] + m * gas[2] + l * gas[3] +
-                                              p * gas[4]] = grad_a;
-                }
-            }
-        }
-    });
+    const std::int64_t row_bytes =
+        std::max<std::int64_t>(1, pb.heads * pb.channels * static_cast<std::int64_t>(sizeof(T)));
+    parallel_for(pb.batch * pb.value_len, kZeroChunkBytes / row_bytes + 1, max_threads,
+                 [&](std::int64_t b, std::int64_t e) { zero_range(pb, gr.value, b, e); });
+    // One task per (n, m, level): see backward_tasks and the header for why this is exact.
+    parallel_for(pb.batch * pb.heads * static_cast<std::int64_t>(pb.levels.size()), 1,
+                 max_threads, [&](std::int64_t b, std::int64_t e) {
+                     backward_range(pb, in, grad_out, gr, b, e);
+                 });
 }
 
 template void forward<float>(const Problem &, const Inputs<float> &, Strided<float, 4>, int);
