@@ -104,7 +104,8 @@ TEST(MsDeformAttn, BordersUseZeroPadding) {
     EXPECT_DOUBLE_EQ(at(1.0, 0.25), 0.5 * 2);   // x = 1.5: half of pixel (0, 1)
     EXPECT_DOUBLE_EQ(at(0.25, 1.0), 0.5 * 3);   // y = 1.5: half of pixel (1, 0)
     EXPECT_EQ(at(1.25, 0.5), 0.0);              // x = 2: no corner inside
-    EXPECT_EQ(at(-0.25, 0.5), 0.0);             // x = -1: no corner inside
+    EXPECT_EQ(at(-0.25, 0.5), 0.0);             // x = -1: its inside corner has weight 0
+    EXPECT_EQ(at(-0.3, 0.5), 0.0);              // x < -1: no corner inside
     EXPECT_EQ(at(0.5, 7.0), 0.0);
     EXPECT_EQ(at(std::nan(""), 0.5), 0.0);      // NaN touches nothing
     EXPECT_EQ(at(0.5, -1e30), 0.0);             // far outside: no integer overflow

@@ -17,18 +17,27 @@ struct Corners {
 };
 
 /// grid_sample(align_corners=False, padding_mode="zeros"): pixel coordinate loc*size-0.5, corners
-/// outside the map read as zero. Points with x <= -1, x >= W (likewise y) touch no corner.
+/// outside the map read as zero. Points with x < -1, x >= W (likewise y) touch no corner. x = -1
+/// is kept, as grid_sample keeps it: its in-map corner has weight 0 but a non-zero derivative
+/// (the Deformable DETR CUDA kernel drops it, so its location gradient there is 0 instead).
 template <typename T>
 inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width, Corners<T> &c) {
     c.count = 0;
     const T x = loc_x * static_cast<T>(width) - T(0.5);
     const T y = loc_y * static_cast<T>(height) - T(0.5);
     // Written so that NaN fails it too: the casts below are only defined for in-range values.
-    if (!(x > T(-1) && y > T(-1) && x < static_cast<T>(width) && y < static_cast<T>(height)))
+    if (!(x >= T(-1) && y >= T(-1) && x < static_cast<T>(width) && y < static_cast<T>(height)))
         return;
     const T x0f = std::floor(x), y0f = std::floor(y);
     const auto x0 = static_cast<std::int64_t>(x0f), y0 = static_cast<std::int64_t>(y0f);
     const T fx = x - x0f, fy = y - y0f, gx = T(1) - fx, gy = T(1) - fy;
+    if (x0 >= 0 && y0 >= 0 && x0 + 1 < width && y0 + 1 < height) {
+        // The common case, all four corners inside: no per-corner branches.
+        const std::int64_t r = y0 * width + x0;
+        c = {4, {r, r + 1, r + width, r + width + 1}, {gy * gx, gy * fx, fy * gx, fy * fx},
+             {-gy, gy, -fy, fy}, {-gx, -fx, gx, fx}};
+        return;
+    }
     const auto add = [&](std::int64_t yy, std::int64_t xx, T w, T dx, T dy) {
         if (yy < 0 || xx < 0 || yy >= height || xx >= width)
             return;
