@@ -7,12 +7,13 @@
 
 namespace turbo_physai::kernels::msda::detail {
 
-/// The in-bounds corners of one sampling point (0 to 4), with their bilinear weights and the
-/// derivatives of those weights with respect to the pixel coordinates x and y.
+/// The in-bounds corners of one sampling point (0 to 4): their element offsets in the level, their
+/// bilinear weights and, when asked for, the derivatives of those weights with respect to the
+/// pixel coordinates x and y.
 template <typename T>
 struct Corners {
     int count = 0;
-    std::int64_t row[4];  ///< y * W + x within the level
+    std::int64_t offset[4];  ///< (y * W + x) * row_stride
     T weight[4], d_dx[4], d_dy[4];
 };
 
@@ -20,8 +21,10 @@ struct Corners {
 /// outside the map read as zero. Points with x < -1, x >= W (likewise y) touch no corner. x = -1
 /// is kept, as grid_sample keeps it: its in-map corner has weight 0 but a non-zero derivative
 /// (the Deformable DETR CUDA kernel drops it, so its location gradient there is 0 instead).
-template <typename T>
-inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width, Corners<T> &c) {
+/// The forward skips the derivatives (kDerivatives = false): it is bound by instruction count.
+template <bool kDerivatives, typename T>
+inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width,
+                       std::int64_t row_stride, Corners<T> &c) {
     c.count = 0;
     const T x = loc_x * static_cast<T>(width) - T(0.5);
     const T y = loc_y * static_cast<T>(height) - T(0.5);
@@ -31,41 +34,46 @@ inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width
     const T x0f = std::floor(x), y0f = std::floor(y);
     const auto x0 = static_cast<std::int64_t>(x0f), y0 = static_cast<std::int64_t>(y0f);
     const T fx = x - x0f, fy = y - y0f, gx = T(1) - fx, gy = T(1) - fy;
+    const T weight[4] = {gy * gx, gy * fx, fy * gx, fy * fx};
+    const T d_dx[4] = {-gy, gy, -fy, fy}, d_dy[4] = {-gx, -fx, gx, fx};
+    const std::int64_t base = (y0 * width + x0) * row_stride, down = width * row_stride;
+    const std::int64_t offset[4] = {base, base + row_stride, base + down, base + down + row_stride};
     if (x0 >= 0 && y0 >= 0 && x0 + 1 < width && y0 + 1 < height) {
         // The common case, all four corners inside: no per-corner branches.
-        const std::int64_t r = y0 * width + x0;
-        c = {4, {r, r + 1, r + width, r + width + 1}, {gy * gx, gy * fx, fy * gx, fy * fx},
-             {-gy, gy, -fy, fy}, {-gx, -fx, gx, fx}};
+        c.count = 4;
+        for (int k = 0; k < 4; ++k) {
+            c.offset[k] = offset[k];
+            c.weight[k] = weight[k];
+            if constexpr (kDerivatives)
+                c.d_dx[k] = d_dx[k], c.d_dy[k] = d_dy[k];
+        }
         return;
     }
-    const auto add = [&](std::int64_t yy, std::int64_t xx, T w, T dx, T dy) {
-        if (yy < 0 || xx < 0 || yy >= height || xx >= width)
-            return;
-        c.row[c.count] = yy * width + xx;
-        c.weight[c.count] = w;
-        c.d_dx[c.count] = dx;
-        c.d_dy[c.count] = dy;
+    const bool inside[4] = {x0 >= 0 && y0 >= 0, x0 + 1 < width && y0 >= 0,
+                            x0 >= 0 && y0 + 1 < height, x0 + 1 < width && y0 + 1 < height};
+    for (int k = 0; k < 4; ++k) {
+        if (!inside[k])
+            continue;
+        c.offset[c.count] = offset[k];
+        c.weight[c.count] = weight[k];
+        if constexpr (kDerivatives)
+            c.d_dx[c.count] = d_dx[k], c.d_dy[c.count] = d_dy[k];
         ++c.count;
-    };
-    add(y0, x0, gy * gx, -gy, -gx);
-    add(y0, x0 + 1, gy * fx, gy, -fx);
-    add(y0 + 1, x0, fy * gx, -fy, gx);
-    add(y0 + 1, x0 + 1, fy * fx, fy, fx);
+    }
 }
 
-/// Asks for the first cache lines of a channel row before it is used. Sampled rows are scattered
-/// over maps of megabytes; requesting a whole batch of them first lets the misses overlap instead
-/// of being paid one after the other, which is most of the kernel's time at decoder sizes.
+/// Asks for the first and last cache line of a channel row before it is used (the hardware
+/// prefetcher follows the lines in between). Sampled rows are scattered over maps of megabytes;
+/// requesting a whole batch of them first lets the misses overlap instead of queueing.
 template <typename T>
 inline void prefetch(const T *row, std::int64_t channels, bool for_write) {
 #if defined(__GNUC__)
-    const auto *bytes = reinterpret_cast<const char *>(row);
-    const std::int64_t end = std::min<std::int64_t>(channels * sizeof(T), 256);
-    for (std::int64_t b = 0; b < end; b += 64) {
-        if (for_write)
-            __builtin_prefetch(bytes + b, 1);
-        else
-            __builtin_prefetch(bytes + b, 0);
+    if (for_write) {
+        __builtin_prefetch(row, 1);
+        __builtin_prefetch(row + channels - 1, 1);
+    } else {
+        __builtin_prefetch(row);
+        __builtin_prefetch(row + channels - 1);
     }
 #else
     (void)row, (void)channels, (void)for_write;

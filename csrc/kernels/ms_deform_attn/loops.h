@@ -15,11 +15,21 @@ namespace turbo_physai::kernels::msda::detail {
 // Sampling points whose corners are located (and prefetched) before any of them is used.
 constexpr int kBatch = 16;
 
+/// A forward sampling point, ready to accumulate: its corner rows and attention * bilinear weights.
+template <typename T>
+struct Sample {
+    int count;
+    const T *value[4];
+    T weight[4];
+};
+
+/// A backward sampling point: corners (offsets in rows) with derivatives, and its weight.
 template <typename T>
 struct Point {
     Corners<T> c;
     T attn;
-    const T *value[4];  ///< the in-bounds corner rows
+    const T *value[4];
+    T *grad_value[4];
 };
 
 /// Output rows r in [begin, end), r = (n * Lq + q) * M + m. Each row is summed in (level, point)
@@ -32,7 +42,8 @@ inline void forward_rows(const Problem &pb, const Inputs<T> &in, const Strided<T
     const auto &vs = in.value.stride;
     const auto &ls = in.sampling_locations.stride;
     const auto &as = in.attention_weights.stride;
-    Point<T> batch[kBatch];
+    Sample<T> batch[kBatch];
+    Corners<T> c;
     for (std::int64_t r = begin; r < end; ++r) {
         const std::int64_t n = r / (Lq * M), q = r / M % Lq, m = r % M;
         T *o = out.data + n * out.stride[0] + q * out.stride[1] + m * out.stride[2];
@@ -45,23 +56,21 @@ inline void forward_rows(const Problem &pb, const Inputs<T> &in, const Strided<T
             for (std::int64_t i = 0, l = first / P, p = first % P; i < count; ++i) {
                 const Level &lv = pb.levels[static_cast<std::size_t>(l)];
                 const T *xy = loc + l * ls[3] + p * ls[4];
-                Point<T> &pt = batch[i];
-                corners_of(xy[0], xy[ls[5]], lv.height, lv.width, pt.c);
-                pt.attn = attn[l * as[3] + p * as[4]];
-                for (int k = 0; k < pt.c.count; ++k) {
-                    pt.value[k] = value_nm + (lv.start + pt.c.row[k]) * vs[1];
-                    prefetch(pt.value[k], D, false);
+                corners_of<false>(xy[0], xy[ls[5]], lv.height, lv.width, vs[1], c);
+                const T a = attn[l * as[3] + p * as[4]];
+                const T *value_l = value_nm + lv.start * vs[1];
+                Sample<T> &s = batch[i];
+                s.count = c.count;
+                for (int k = 0; k < c.count; ++k) {
+                    s.value[k] = value_l + c.offset[k];
+                    s.weight[k] = a * c.weight[k];
+                    prefetch(s.value[k], D, false);
                 }
                 if (++p == P)
                     p = 0, ++l;
             }
-            for (int i = 0; i < count; ++i) {
-                const Point<T> &pt = batch[i];
-                T w[4];
-                for (int k = 0; k < pt.c.count; ++k)
-                    w[k] = pt.attn * pt.c.weight[k];
-                accumulate(o, pt.value, w, pt.c.count, D);
-            }
+            for (int i = 0; i < count; ++i)
+                accumulate(o, batch[i].value, batch[i].weight, batch[i].count, D);
         }
     }
 }
@@ -101,7 +110,6 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
     const auto &gas = gr.attention_weights.stride;
     const auto &gos = grad_out.stride;
     Point<T> batch[kBatch];
-    T *grad_rows[kBatch][4];
     for (std::int64_t t = begin; t < end; ++t) {
         const std::int64_t n = t / (M * L), m = t / L % M, l = t % L;
         const Level &lv = pb.levels[static_cast<std::size_t>(l)];
@@ -123,13 +131,13 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
                 const std::int64_t q = qs[i], p = ps[i];
                 const T *xy = loc + q * ls[1] + p * ls[4];
                 Point<T> &pt = batch[i];
-                corners_of(xy[0], xy[ls[5]], lv.height, lv.width, pt.c);
+                corners_of<true>(xy[0], xy[ls[5]], lv.height, lv.width, 1, pt.c);
                 pt.attn = attn[q * as[1] + p * as[4]];
                 for (int k = 0; k < pt.c.count; ++k) {
-                    pt.value[k] = value_l + pt.c.row[k] * vs[1];
-                    grad_rows[i][k] = grad_value_l + pt.c.row[k] * gvs[1];
+                    pt.value[k] = value_l + pt.c.offset[k] * vs[1];
+                    pt.grad_value[k] = grad_value_l + pt.c.offset[k] * gvs[1];
                     prefetch(pt.value[k], D, false);
-                    prefetch(grad_rows[i][k], D, true);
+                    prefetch(pt.grad_value[k], D, true);
                 }
             }
             for (int i = 0; i < count; ++i) {
@@ -140,7 +148,7 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
                 dots(g, pt.value, pt.c.count, D, dot);
                 T grad_a = 0, grad_x = 0, grad_y = 0;
                 for (int k = 0; k < pt.c.count; ++k) {
-                    scatter(g, grad_rows[i][k], pt.attn * pt.c.weight[k], D);
+                    scatter(g, pt.grad_value[k], pt.attn * pt.c.weight[k], D);
                     grad_a += pt.c.weight[k] * dot[k];
                     grad_x += pt.c.d_dx[k] * dot[k];
                     grad_y += pt.c.d_dy[k] * dot[k];
