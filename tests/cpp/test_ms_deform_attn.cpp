@@ -1,4 +1,4 @@
-// tests/cpp/test_ms_deform_attn.cpp: hand-checked values, borders, gradients and determinism of MSDA.
+// tests/cpp/test_ms_deform_attn.cpp: hand-checked values, borders, gradients, determinism of MSDA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,7 +35,8 @@ struct Case {
     std::int64_t L() const { return static_cast<std::int64_t>(starts.size()); }
 
     msda::Problem problem() const {
-        return {N, S, M, D, Lq, P, msda::make_levels(shapes.data(), {2, 1}, starts.data(), 1, L(), S)};
+        return {N, S, M, D, Lq, P,
+                msda::make_levels(shapes.data(), {2, 1}, starts.data(), 1, L(), S)};
     }
     msda::Inputs<double> inputs() const {
         const std::int64_t l = L();
@@ -45,7 +46,8 @@ struct Case {
     }
     std::vector<double> forward(int threads = 0) const {
         std::vector<double> out(N * Lq * M * D, std::numeric_limits<double>::quiet_NaN());
-        msda::forward<double>(problem(), inputs(), {out.data(), {Lq * M * D, M * D, D, 1}}, threads);
+        msda::forward<double>(problem(), inputs(), {out.data(), {Lq * M * D, M * D, D, 1}},
+                              threads);
         return out;
     }
     /// Gradients of sum(out * g); returned as one vector: value, then loc, then attn.
@@ -56,7 +58,8 @@ struct Case {
         msda::Gradients<double> grads{{gv.data(), in.value.stride},
                                       {gl.data(), in.sampling_locations.stride},
                                       {ga.data(), in.attention_weights.stride}};
-        msda::backward<double>(problem(), in, {g.data(), {Lq * M * D, M * D, D, 1}}, grads, threads);
+        msda::backward<double>(problem(), in, {g.data(), {Lq * M * D, M * D, D, 1}}, grads,
+                               threads);
         gv.insert(gv.end(), gl.begin(), gl.end());
         gv.insert(gv.end(), ga.begin(), ga.end());
         return gv;
@@ -179,7 +182,8 @@ TEST(MsDeformAttn, StridedInputsGiveTheSameResult) {
     // The same locations stored x-plane then y-plane: (x,y) stride = all other elements.
     const std::int64_t half = static_cast<std::int64_t>(c.loc.size() / 2);
     std::vector<double> planar(c.loc.size());
-    for (std::int64_t i = 0; i < half; ++i) planar[i] = c.loc[2 * i], planar[half + i] = c.loc[2 * i + 1];
+    for (std::int64_t i = 0; i < half; ++i)
+        planar[i] = c.loc[2 * i], planar[half + i] = c.loc[2 * i + 1];
     msda::Inputs<double> in = c.inputs();
     const std::int64_t L = c.L(), P = c.P;
     in.sampling_locations = {planar.data(), {half, c.M * L * P, L * P, P, 1, half}};

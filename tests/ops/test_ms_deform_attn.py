@@ -1,5 +1,8 @@
 """tests/ops/test_ms_deform_attn.py: ms_deform_attn against the float64 grid_sample reference."""
 
+import os
+import signal
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -180,6 +183,21 @@ def test_backward_is_bit_identical_run_after_run_and_across_thread_counts():
         assert torch.equal(out, runs[0][0])
         for a, b in zip(g, runs[0][1], strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_after_the_parent_used_the_thread_pool():
+    # A forked child inherits the pool object but not its threads: it must build its own rather
+    # than wait forever for workers that do not exist (DataLoader workers fork).
+    args = make(n=2, lq=64, m=4, d=16, p=4, levels=LEVELS_5, dtype=torch.float32)
+    expected = ms_deform_attn(*args)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        signal.alarm(30)
+        code = 0 if torch.equal(ms_deform_attn(*args), expected) else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_opcheck_forward_and_backward_ops():

@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/bilinear.h: bilinear corners of one sampling point, and channel loops.
+// csrc/kernels/ms_deform_attn/bilinear.h: bilinear corners of a sampling point, and channel loops.
 #pragma once
 
 #include <algorithm>
@@ -98,7 +98,7 @@ inline void accumulate(T *__restrict out, const T *const v[4], const T w[4], int
 }
 
 /// Partial sums per lane: independent lanes vectorize without reassociating a float sum (no
-/// -ffast-math), and lane_sum adds them in a fixed order, so dots are reproducible bit for bit.
+/// -ffast-math), and the lanes are then added in a fixed order: dots are reproducible bit for bit.
 template <typename T>
 constexpr int kLanes = 32 / sizeof(T);
 

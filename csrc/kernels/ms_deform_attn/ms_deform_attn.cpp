@@ -57,13 +57,14 @@ TPA_ISA_CLONES void backward_range(const Problem &pb, const Inputs<double> &in,
 
 void require_dense_channels(std::int64_t channels, std::int64_t stride, const char *name) {
     if (channels > 1 && stride != 1)
-        throw std::invalid_argument(std::string(name) + ": the channel (last) dimension must have " +
-                                    "stride 1, got " + std::to_string(stride));
+        throw std::invalid_argument(std::string(name) + ": the channel (last) dimension must " +
+                                    "have stride 1, got " + std::to_string(stride));
 }
 
 }  // namespace
 
-std::vector<Level> make_levels(const std::int64_t *shapes, std::array<std::int64_t, 2> shapes_stride,
+std::vector<Level> make_levels(const std::int64_t *shapes,
+                               std::array<std::int64_t, 2> shapes_stride,
                                const std::int64_t *starts, std::int64_t starts_stride,
                                std::int64_t num_levels, std::int64_t value_len) {
     // Bounds that keep H*W and the running sum far from int64 overflow.
@@ -82,7 +83,8 @@ std::vector<Level> make_levels(const std::int64_t *shapes, std::array<std::int64
         if (start != expected_start)
             throw std::invalid_argument(
                 "level_start_index" + at + " = " + std::to_string(start) + ", expected " +
-                std::to_string(expected_start) + " (the sum of the H*W of spatial_shapes before it)");
+                std::to_string(expected_start) +
+                " (the sum of the H*W of spatial_shapes before it)");
         levels.push_back({h, w, start});
         expected_start += h * w;
         if (expected_start > value_len)

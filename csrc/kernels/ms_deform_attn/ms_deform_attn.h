@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/ms_deform_attn.h: multi-scale deformable attention, CPU, framework-free.
+// csrc/kernels/ms_deform_attn/ms_deform_attn.h: multi-scale deformable attention on the CPU.
 //
 // Layouts (SPEC §6): value (N,S,M,D), sampling_locations (N,Lq,M,L,P,2) with (x,y) in [0,1],
 // attention_weights (N,Lq,M,L,P), output (N,Lq,M,D). Sampling is bilinear at loc*size-0.5 with
@@ -25,7 +25,8 @@ struct Problem {
 /// Reads spatial_shapes (L,2) = (H,W) and level_start_index (L,), both int64 with element strides,
 /// and checks that levels are non-negative, start where the previous one ends and cover exactly
 /// `value_len` rows. Throws std::invalid_argument naming the offending entry otherwise.
-std::vector<Level> make_levels(const std::int64_t *shapes, std::array<std::int64_t, 2> shapes_stride,
+std::vector<Level> make_levels(const std::int64_t *shapes,
+                               std::array<std::int64_t, 2> shapes_stride,
                                const std::int64_t *starts, std::int64_t starts_stride,
                                std::int64_t num_levels, std::int64_t value_len);
 
