@@ -5,7 +5,8 @@ Run from the repository root after a developer build:
     PYTHONPATH=src python benchmarks/msda_cpu.py [--reps 30] [--json PATH]
 
 Time: both implementations run in the same process, interleaved call by call, with torch's default
-thread count; a figure is the minimum (and the median) over the repetitions after a warm-up.
+thread count; a figure is the minimum (and the median) over the repetitions after a warm-up, and
+the speed-ups are min/min, median/median and the median of the ratios of back-to-back calls.
 "fwd+bwd" is one forward plus ``torch.autograd.grad`` of value, sampling_locations and
 attention_weights for a random grad_output (no ``.grad`` accumulation in the timing).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import platform
 import re
 import statistics
@@ -78,9 +80,16 @@ def time_size(size, reps):
                 start = time.perf_counter()
                 run_once(fn, args, grad, backward)
                 samples[name].append((time.perf_counter() - start) * 1e3)
+        ours, ref = samples["turbo_physai"], samples["grid_sample reference"]
         rows.append({"size": size, "pass": "fwd+bwd" if backward else "fwd",
                      **{f"{name} min ms": min(v) for name, v in samples.items()},
-                     **{f"{name} median ms": statistics.median(v) for name, v in samples.items()}})
+                     **{f"{name} median ms": statistics.median(v) for name, v in samples.items()},
+                     "speed-up (min)": min(ref) / min(ours),
+                     "speed-up (median)": statistics.median(ref) / statistics.median(ours),
+                     # Ratio of back-to-back calls, so that load from other processes (this box is
+                     # shared) hits both sides of each ratio alike.
+                     "speed-up (paired median)": statistics.median(
+                         r / o for r, o in zip(ref, ours, strict=True))})
     return rows
 
 
@@ -146,20 +155,18 @@ def main():
     for size in SIZES:
         reps = opts.reps if size == "decoder" else max(3, opts.reps // 6)
         timing += time_size(size, reps)
-    for row in timing:
-        for stat in ("min", "median"):
-            row[f"speed-up ({stat})"] = round(
-                row[f"grid_sample reference {stat} ms"] / row[f"turbo_physai {stat} ms"], 2)
+    load = os.getloadavg()[0]
     memory = memory_rows()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor()}"
-          f" {platform.machine()}; M={HEADS} D={CHANNELS} P={POINTS}, levels {LEVELS_640}")
+          f" {platform.machine()}; M={HEADS} D={CHANNELS} P={POINTS}, levels {LEVELS_640};"
+          f" 1-min load average {load:.2f} after the timing")
     print_table("Time (ms)", timing)
     print_table("Peak extra resident memory of one call (MiB)", memory)
     path = Path(opts.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "machine": platform.machine(),
+        "threads": torch.get_num_threads(), "machine": platform.machine(), "load_average": load,
         "sizes": SIZES, "heads": HEADS, "channels": CHANNELS, "points": POINTS,
         "timing": timing, "memory": memory}, indent=2))
     print(f"\nwrote {path}")
