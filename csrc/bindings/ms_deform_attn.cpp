@@ -147,8 +147,7 @@ void forward(const Input &value, const Input &shapes, const Input &starts, const
 
 void backward(const Input &value, const Input &shapes, const Input &starts, const Input &loc,
               const Input &attn, const Input &grad_out, const Output &grad_value,
-              const Output &grad_loc, const Output &grad_attn, int max_threads,
-              bool grad_value_is_zero) {
+              const Output &grad_loc, const Output &grad_attn, int max_threads) {
     const Checked c = check_inputs(value, shapes, starts, loc, attn);
     expect_rank(grad_out, "grad_output", 4, "(N, Lq, M, D)");
     expect_shape(grad_out, "grad_output", c.out_shape);
@@ -167,7 +166,7 @@ void backward(const Input &value, const Input &shapes, const Input &starts, cons
         msda::backward<T>(c.problem, inputs_of<T>(value, loc, attn), strided<const T, 4>(grad_out),
                           {strided<T, 4>(grad_value), strided<T, 6>(grad_loc),
                            strided<T, 5>(grad_attn)},
-                          max_threads, grad_value_is_zero);
+                          max_threads);
     };
     if (c.dtype == nb::dtype<float>())
         run(0.0f);
@@ -187,10 +186,8 @@ void bind_ms_deform_attn(nb::module_ &m) {
           nb::arg("level_start_index"), nb::arg("sampling_locations"),
           nb::arg("attention_weights"), nb::arg("grad_output"), nb::arg("grad_value"),
           nb::arg("grad_sampling_locations"), nb::arg("grad_attention_weights"),
-          nb::arg("max_threads") = 0, nb::arg("grad_value_is_zero") = false,
-          "Overwrite the three gradient arrays from grad_output (N, Lq, M, D); deterministic. "
-          "With grad_value_is_zero=True the caller guarantees grad_value is all zeros and it is "
-          "only added into (skips zeroing a buffer that torch.zeros got zeroed from the OS).");
+          nb::arg("max_threads") = 0,
+          "Overwrite the three gradient arrays from grad_output (N, Lq, M, D); deterministic.");
 }
 
 }  // namespace turbo_physai::bindings

@@ -110,15 +110,14 @@ void forward(const Problem &pb, const Inputs<T> &in, Strided<T, 4> out, int max_
 
 template <typename T>
 void backward(const Problem &pb, const Inputs<T> &in, Strided<const T, 4> grad_out,
-              const Gradients<T> &gr, int max_threads, bool grad_value_is_zero) {
+              const Gradients<T> &gr, int max_threads) {
     require_dense_channels(pb.channels, in.value.stride[3], "value");
     require_dense_channels(pb.channels, grad_out.stride[3], "grad_output");
     require_dense_channels(pb.channels, gr.value.stride[3], "grad_value");
     const std::int64_t row_bytes =
         std::max<std::int64_t>(1, pb.heads * pb.channels * static_cast<std::int64_t>(sizeof(T)));
-    if (!grad_value_is_zero)
-        parallel_for(pb.batch * pb.value_len, kZeroChunkBytes / row_bytes + 1, max_threads,
-                     [&](std::int64_t b, std::int64_t e) { zero_range(pb, gr.value, b, e); });
+    parallel_for(pb.batch * pb.value_len, kZeroChunkBytes / row_bytes + 1, max_threads,
+                 [&](std::int64_t b, std::int64_t e) { zero_range(pb, gr.value, b, e); });
     // One task per (n, m, level): see backward_tasks and the header for why this is exact.
     parallel_for(pb.batch * pb.heads * static_cast<std::int64_t>(pb.levels.size()), 1,
                  max_threads, [&](std::int64_t b, std::int64_t e) {
@@ -129,8 +128,8 @@ void backward(const Problem &pb, const Inputs<T> &in, Strided<const T, 4> grad_o
 template void forward<float>(const Problem &, const Inputs<float> &, Strided<float, 4>, int);
 template void forward<double>(const Problem &, const Inputs<double> &, Strided<double, 4>, int);
 template void backward<float>(const Problem &, const Inputs<float> &, Strided<const float, 4>,
-                              const Gradients<float> &, int, bool);
+                              const Gradients<float> &, int);
 template void backward<double>(const Problem &, const Inputs<double> &, Strided<const double, 4>,
-                               const Gradients<double> &, int, bool);
+                               const Gradients<double> &, int);
 
 }  // namespace turbo_physai::kernels::msda

@@ -59,9 +59,7 @@ template <typename T>
 void forward(const Problem &problem, const Inputs<T> &in, Strided<T, 4> output, int max_threads);
 
 /// Writes every element of the three gradients (nothing is read from them) from `grad_output`
-/// (N,Lq,M,D), channel stride 1. With `grad_value_is_zero` the caller promises grad_value holds
-/// zeros and the kernel only adds into it: zeroing it here would first-touch every page of a
-/// freshly mapped buffer, which the OS has just zeroed already (calloc-backed torch.zeros).
+/// (N,Lq,M,D), channel stride 1.
 ///
 /// Always deterministic, bit for bit, whatever the thread count: work is split by (n, m, level),
 /// and each such task owns its slice of grad_value (the rows of its level, its head) as well as its
@@ -69,6 +67,6 @@ void forward(const Problem &problem, const Inputs<T> &in, Strided<T, 4> output, 
 /// and every sum runs in a fixed order. No atomics, no per-thread copies of grad_value.
 template <typename T>
 void backward(const Problem &problem, const Inputs<T> &in, Strided<const T, 4> grad_output,
-              const Gradients<T> &grads, int max_threads, bool grad_value_is_zero = false);
+              const Gradients<T> &grads, int max_threads);
 
 }  // namespace turbo_physai::kernels::msda

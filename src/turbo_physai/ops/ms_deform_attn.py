@@ -136,17 +136,12 @@ def _backward_op(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
     n, _, m, d = value.shape
     lq = sampling_locations.shape[1]
     dtype = _compute_dtype(value.dtype)
-    # grad_value comes from torch.zeros: a large one is calloc'ed, i.e. pages the OS zeroes as
-    # they are first touched, and the kernel is told so instead of zeroing every page itself
-    # (that pass cost more than a third of the decoder-size backward).
-    grads = (torch.zeros(value.shape, dtype=dtype, device=value.device),
-             *(torch.empty(t.shape, dtype=dtype, device=t.device)
-               for t in (sampling_locations, attention_weights)))
+    grads = tuple(torch.empty(t.shape, dtype=dtype, device=t.device)
+                  for t in (value, sampling_locations, attention_weights))
     _core.ms_deform_attn_backward(
         _dense_channels(value, dtype), spatial_shapes.detach(), level_start_index.detach(),
         sampling_locations.detach().to(dtype), attention_weights.detach().to(dtype),
-        _dense_channels(grad_output.reshape(n, lq, m, d), dtype), *grads, torch.get_num_threads(),
-        grad_value_is_zero=True)
+        _dense_channels(grad_output.reshape(n, lq, m, d), dtype), *grads, torch.get_num_threads())
     return tuple(g.to(value.dtype) for g in grads)
 
 
