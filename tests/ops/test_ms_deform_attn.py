@@ -186,14 +186,16 @@ def test_backward_is_bit_identical_run_after_run_and_across_thread_counts():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_forked_child_after_the_parent_used_the_thread_pool():
-    # A forked child inherits the pool object but not its threads: it must build its own rather
-    # than wait forever for workers that do not exist (DataLoader workers fork).
+def test_forked_child_like_a_dataloader_worker():
+    # With torch loaded, the kernel runs on torch's OpenMP team, and an OpenMP team does not
+    # survive fork: in a child, torch's own parallel ops hang as well. DataLoader workers therefore
+    # run with torch.set_num_threads(1), which the op follows (it runs on the calling thread).
     args = make(n=2, lq=64, m=4, d=16, p=4, levels=LEVELS_5, dtype=torch.float32)
     expected = ms_deform_attn(*args)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through its exit code
         signal.alarm(30)
+        torch.set_num_threads(1)
         code = 0 if torch.equal(ms_deform_attn(*args), expected) else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -13,10 +13,11 @@ int hardware_threads();
 /// `max_threads` threads (the caller is one of them; <= 0 means all hardware threads).
 ///
 /// Chunks are handed out dynamically, so the order in which chunks run is not fixed: a kernel stays
-/// deterministic by making each output element the property of exactly one index. Threads are
-/// created once and reused (spawning threads per call would cost more than a small kernel).
-/// A nested call, or a call while another thread is using the pool, runs serially on the caller
-/// instead of waiting. The first exception thrown by `body` is rethrown here after all chunks end.
+/// deterministic by making each output element the property of exactly one index. The threads are
+/// those of the process's OpenMP team when libgomp is already loaded (torch's: sharing it keeps
+/// torch's spinning workers and ours from fighting over the cores), else a pool of our own created
+/// once. A nested call, or a call while another thread is using our pool, runs serially on the
+/// caller instead of waiting. The first exception thrown by `body` is rethrown here at the end.
 void parallel_for(std::int64_t n, std::int64_t grain, int max_threads,
                   const std::function<void(std::int64_t, std::int64_t)> &body);
 
