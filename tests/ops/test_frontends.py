@@ -56,6 +56,16 @@ def test_mmcv_backward_rejects_a_wrong_gradient_buffer():
                                 torch.zeros(3, 4, 2, 2, dtype=torch.float64), im2col_step=64)
 
 
+def test_mmcv_backward_rejects_grad_output_with_other_channels():
+    value, shapes, starts, loc, attn = _inputs()  # D = 5
+    grad_out = torch.zeros(3, 4, 2, 4, dtype=torch.float64)  # D = 4
+    expected = r"grad_output: expected shape \(3, 4, 10\) .* got \(3, 4, 2, 4\)"
+    with pytest.raises(ValueError, match=expected):
+        ms_deform_attn_backward(value, shapes, starts, loc, attn, grad_out,
+                                torch.zeros_like(value), torch.zeros_like(loc),
+                                torch.zeros_like(attn), im2col_step=64)
+
+
 def test_module_with_transformers_signature():
     value, shapes, starts, loc, attn = _inputs()
     shapes_list = [tuple(s) for s in shapes.tolist()]

@@ -93,6 +93,17 @@ def check_inputs(value, spatial_shapes, level_start_index, sampling_locations, a
     return spatial_shapes.to(torch.int64), level_start_index.to(torch.int64)
 
 
+def _check_grad_output(grad_output, value, sampling_locations):
+    n, _, m, d = value.shape
+    expected = (n, sampling_locations.shape[1], m * d)
+    if tuple(grad_output.shape) != expected:
+        raise ValueError(f"grad_output: expected shape {expected} (N, Lq, M*D), "
+                         f"got {_shape(grad_output)}")
+    if grad_output.dtype != value.dtype:
+        raise TypeError(f"grad_output: expected dtype {value.dtype} (the dtype of value), "
+                        f"got {grad_output.dtype}")
+
+
 def _dense_channels(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # The kernel vectorizes over the last dimension and needs it at stride 1; any other stride is
     # read as is. detach(): DLPack refuses tensors that require grad.
@@ -133,6 +144,7 @@ def _backward_op(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_grad_output(grad_output, value, sampling_locations)
     n, _, m, d = value.shape
     lq = sampling_locations.shape[1]
     dtype = _compute_dtype(value.dtype)
@@ -148,6 +160,7 @@ def _backward_op(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
 @_backward_op.register_fake
 def _backward_fake(grad_output, value, spatial_shapes, level_start_index, sampling_locations,
                    attention_weights):
+    _check_grad_output(grad_output, value, sampling_locations)
     return (value.new_empty(value.shape), sampling_locations.new_empty(sampling_locations.shape),
             attention_weights.new_empty(attention_weights.shape))
 
