@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_dispatcher(m);
     turbo_physai::bindings::bind_kernel_registry(m);
     turbo_physai::bindings::bind_fake_quant_fp8(m);
+    turbo_physai::bindings::bind_ms_deform_attn(m);
 }

@@ -22,10 +22,11 @@ from turbo_physai import _core
 #: Built-in slots and their references, ``module:function``; the reference runs everywhere.
 REFERENCES: dict[str, str] = {
     "fake_quant_fp8": "turbo_physai.kernels.reference:fake_quant_fp8",
+    "ms_deform_attn": "turbo_physai.kernels.reference:ms_deform_attn",
 }
 
 #: Built-in accelerated providers: modules with ``register_kernels(register)``.
-BUILTIN: tuple[str, ...] = ("turbo_physai.ops.fake_quant_fp8",)
+BUILTIN: tuple[str, ...] = ("turbo_physai.ops.fake_quant_fp8", "turbo_physai.ops.ms_deform_attn")
 
 #: Out-of-tree packages register through this entry-point group: an entry point names a module
 #: that registers on import, or a zero-argument function that registers when called.

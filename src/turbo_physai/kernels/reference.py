@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from turbo_physai.kernels._torch import exporting
 
@@ -56,3 +57,111 @@ def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     if exporting():  # an autograd.Function would be traced as an opaque PythonOp
         return fake_quant_fp8_forward(x, scale)
     return _StraightThrough.apply(x, scale)
+
+
+_MSDA_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def check_ms_deform_attn(
+    value, spatial_shapes, level_start_index, sampling_locations, attention_weights
+):
+    """Raise TypeError/ValueError naming the tensor, what was expected and what came.
+
+    Only metadata is read (ranks, sizes, dtypes, devices), so this also runs on fake tensors at
+    trace time. The data-dependent checks (level_start_index against spatial_shapes, the level
+    areas against S) happen in the kernel front, which raises ValueError as well.
+    Returns spatial_shapes and level_start_index as int64.
+    """
+    named = {"value": value, "spatial_shapes": spatial_shapes,
+             "level_start_index": level_start_index, "sampling_locations": sampling_locations,
+             "attention_weights": attention_weights}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    layouts = {"value": (4, "(N, S, M, D)"), "spatial_shapes": (2, "(L, 2)"),
+               "level_start_index": (1, "(L,)"), "sampling_locations": (6, "(N, Lq, M, L, P, 2)"),
+               "attention_weights": (5, "(N, Lq, M, L, P)")}
+    for name, (rank, layout) in layouts.items():
+        if named[name].dim() != rank:
+            raise ValueError(f"{name}: expected a {rank}-d tensor {layout}, "
+                             f"got shape {_shape(named[name])}")
+    if value.dtype not in _MSDA_FLOATS:
+        raise TypeError(f"value: expected a floating dtype {_MSDA_FLOATS}, got {value.dtype}")
+    for name in ("sampling_locations", "attention_weights"):
+        if named[name].dtype != value.dtype:
+            raise TypeError(f"{name}: expected dtype {value.dtype} (the dtype of value), "
+                            f"got {named[name].dtype}")
+    for name in ("spatial_shapes", "level_start_index"):
+        if named[name].dtype.is_floating_point or named[name].dtype.is_complex \
+                or named[name].dtype == torch.bool:
+            raise TypeError(f"{name}: expected an integer dtype (int64), got {named[name].dtype}")
+    for name, t in named.items():
+        if t.device != value.device:
+            raise ValueError(f"{name}: expected device {value.device} (the device of value), "
+                             f"got {t.device}")
+
+    n, _, m, _ = value.shape
+    levels = spatial_shapes.shape[0]
+    lq, points = sampling_locations.shape[1], sampling_locations.shape[4]
+    expected = {"spatial_shapes": (levels, 2), "level_start_index": (levels,),
+                "sampling_locations": (n, lq, m, levels, points, 2),
+                "attention_weights": (n, lq, m, levels, points)}
+    sources = {"spatial_shapes": "L rows of (H, W)", "level_start_index": "L of spatial_shapes",
+               "sampling_locations": "N, M of value, L of spatial_shapes",
+               "attention_weights": "N, M of value, Lq, L, P of sampling_locations"}
+    for name, shape in expected.items():
+        if _shape(named[name]) != shape:
+            raise ValueError(f"{name}: expected shape {shape} ({sources[name]}), "
+                             f"got {_shape(named[name])}")
+    return spatial_shapes.to(torch.int64), level_start_index.to(torch.int64)
+
+
+
+def _check_levels(value, spatial_shapes, level_start_index) -> list[tuple[int, int]]:
+    """The data-dependent checks the C++ front makes for the kernel, for the reference path."""
+    shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
+    starts, total = [], 0
+    for h, w in shapes:
+        if h < 0 or w < 0:
+            raise ValueError(f"spatial_shapes: expected non-negative (H, W), got {shapes}")
+        starts.append(total)
+        total += h * w
+    for i, (got, want) in enumerate(zip(level_start_index.tolist(), starts, strict=True)):
+        if got != want:
+            raise ValueError(f"level_start_index[{i}] = {got}, expected {want} (the sum of the "
+                             "H*W of spatial_shapes before it)")
+    if total != value.shape[1]:
+        raise ValueError(f"value: expected S = {total} (sum of H*W over spatial_shapes), "
+                         f"got S = {value.shape[1]}")
+    return shapes
+
+
+def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                             level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
+                             attention_weights: torch.Tensor) -> torch.Tensor:
+    """Reference of the ``ms_deform_attn`` slot: one ``grid_sample`` per level (what
+    transformers runs on CPU).
+
+    Inputs are checked as the op checks them, with the same messages.
+    """
+    spatial_shapes, level_start_index = check_ms_deform_attn(
+        value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    shapes = _check_levels(value, spatial_shapes, level_start_index)
+    n, _, m, d = value.shape
+    _, lq, _, levels, points, _ = sampling_locations.shape
+    value_list = value.split([h * w for h, w in shapes], dim=1)
+    grids = 2 * sampling_locations - 1
+    sampled = []
+    for level, (h, w) in enumerate(shapes):
+        # (N, H*W, M, D) -> (N*M, D, H, W); grid (N, Lq, M, P, 2) -> (N*M, Lq, P, 2)
+        value_l = value_list[level].flatten(2).transpose(1, 2).reshape(n * m, d, h, w)
+        grid_l = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
+        sampled.append(F.grid_sample(value_l, grid_l, mode="bilinear", padding_mode="zeros",
+                                     align_corners=False))
+    weights = attention_weights.transpose(1, 2).reshape(n * m, 1, lq, levels * points)
+    out = (torch.stack(sampled, dim=-2).flatten(-2) * weights).sum(-1).view(n, m * d, lq)
+    return out.transpose(1, 2).contiguous()

@@ -1,0 +1,142 @@
+"""tests/ops/test_frontends.py: mmcv-style and transformers-style front ends of ms_deform_attn."""
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from turbo_physai.ops import ms_deform_attn  # noqa: E402
+from turbo_physai.ops.frontends import (  # noqa: E402
+    MultiScaleDeformableAttention,
+    ms_deform_attn_backward,
+    ms_deform_attn_forward,
+    transformers_forward,
+)
+
+
+def _inputs(n=3, lq=4, m=2, d=5, p=2, levels=((5, 4), (2, 3))):
+    gen = torch.Generator().manual_seed(0)
+    shapes = torch.tensor(levels)
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    s = int(shapes.prod(1).sum())
+    value = torch.randn(n, s, m, d, generator=gen, dtype=torch.float64)
+    loc = torch.rand(n, lq, m, len(levels), p, 2, generator=gen, dtype=torch.float64)
+    attn = torch.rand(n, lq, m, len(levels), p, generator=gen, dtype=torch.float64)
+    return value, shapes, starts, loc, attn
+
+
+def test_mmcv_forward_ignores_im2col_step():
+    args = _inputs(n=3)  # batch 3 is not a multiple of im2col_step = 2: no divisibility rule
+    assert torch.equal(ms_deform_attn_forward(*args, im2col_step=2), ms_deform_attn(*args))
+
+
+def test_mmcv_backward_fills_the_given_tensors_in_place():
+    value, shapes, starts, loc, attn = _inputs()
+    leaves = [t.clone().requires_grad_() for t in (value, loc, attn)]
+    out = ms_deform_attn(leaves[0], shapes, starts, leaves[1], leaves[2])
+    grad_out = torch.randn_like(out)
+    expected = torch.autograd.grad(out, leaves, grad_out)
+    # As mmcv's autograd function does: zeros in, filled by the call.
+    targets = [torch.zeros_like(t) for t in (value, loc, attn)]
+    ids = [id(t) for t in targets]
+    result = ms_deform_attn_backward(value, shapes, starts, loc, attn, grad_out, *targets,
+                                     im2col_step=64)
+    assert result is None and [id(t) for t in targets] == ids
+    for got, want in zip(targets, expected, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_mmcv_backward_rejects_a_wrong_gradient_buffer():
+    value, shapes, starts, loc, attn = _inputs()
+    grad_out = torch.zeros(3, 4, 10, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"grad_attn_weight: expected .*\(3, 4, 2, 2, 2\)"):
+        ms_deform_attn_backward(value, shapes, starts, loc, attn, grad_out,
+                                torch.zeros_like(value), torch.zeros_like(loc),
+                                torch.zeros(3, 4, 2, 2, dtype=torch.float64), im2col_step=64)
+
+
+def test_mmcv_backward_rejects_grad_output_with_other_channels():
+    value, shapes, starts, loc, attn = _inputs()  # D = 5
+    grad_out = torch.zeros(3, 4, 2, 4, dtype=torch.float64)  # D = 4
+    expected = r"grad_output: expected shape \(3, 4, 10\) .* got \(3, 4, 2, 4\)"
+    with pytest.raises(ValueError, match=expected):
+        ms_deform_attn_backward(value, shapes, starts, loc, attn, grad_out,
+                                torch.zeros_like(value), torch.zeros_like(loc),
+                                torch.zeros_like(attn), im2col_step=64)
+
+
+def test_module_with_transformers_signature():
+    value, shapes, starts, loc, attn = _inputs()
+    shapes_list = [tuple(s) for s in shapes.tolist()]
+    out = MultiScaleDeformableAttention()(value, shapes, shapes_list, starts, loc, attn, 64)
+    assert torch.equal(out, ms_deform_attn(value, shapes, starts, loc, attn))
+
+
+# --- transformers models, tiny random-init configs, float64 ------------------------------------
+
+def _deformable_detr(transformers):
+    backbone = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1],
+        out_features=["stage2", "stage3", "stage4"])
+    config = transformers.DeformableDetrConfig(
+        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
+        d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=10,
+        num_feature_levels=3, encoder_n_points=2, decoder_n_points=2, num_labels=3)
+    return transformers.DeformableDetrForObjectDetection(config)
+
+
+def _rt_detr(transformers):
+    backbone = transformers.RTDetrResNetConfig(
+        embedding_size=8, hidden_sizes=[16, 16, 16, 16], depths=[1, 1, 1, 1],
+        out_features=["stage2", "stage3", "stage4"])
+    config = transformers.RTDetrConfig(
+        backbone_config=backbone, use_pretrained_backbone=False, encoder_hidden_dim=16,
+        encoder_in_channels=[16, 16, 16], decoder_in_channels=[16, 16, 16], encoder_ffn_dim=32,
+        d_model=16, decoder_layers=2, decoder_ffn_dim=32, encoder_attention_heads=2,
+        decoder_attention_heads=2, num_queries=10, decoder_n_points=2, num_labels=3,
+        num_denoising=0)
+    return transformers.RTDetrForObjectDetection(config)
+
+
+MODELS = {"deformable_detr": _deformable_detr, "rt_detr": _rt_detr}
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_transformers_model_same_outputs_and_gradients(family, monkeypatch):
+    """Our forward swapped into the model's MultiScaleDeformableAttention class gives the same
+    logits, boxes and parameter gradients as transformers' own grid_sample path (float64,
+    tolerance 1e-9 absolute and relative)."""
+    transformers = pytest.importorskip("transformers")
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    torch.manual_seed(0)
+    model = MODELS[family](transformers).double().eval()  # eval: no dropout between the runs
+    pixels = torch.randn(2, 3, 64, 64, dtype=torch.float64,
+                         generator=torch.Generator().manual_seed(1))
+
+    def run():
+        model.zero_grad()
+        out = model(pixel_values=pixels)
+        (out.logits.square().sum() + out.pred_boxes.sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return out.logits.detach(), out.pred_boxes.detach(), grads
+
+    reference = run()
+    calls = []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return transformers_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling.MultiScaleDeformableAttention, "forward", counted)
+    ours = run()
+    assert calls, "the model never reached MultiScaleDeformableAttention.forward"
+    for got, want in zip(ours[:2], reference[:2], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    assert ours[2].keys() == reference[2].keys()
+    offsets = [n for n in ours[2] if "sampling_offsets.weight" in n]
+    assert offsets and all(ours[2][n].abs().sum() > 0 for n in offsets)
+    for name in ours[2]:
+        torch.testing.assert_close(ours[2][name], reference[2][name], rtol=1e-9, atol=1e-9,
+                                   msg=lambda m, name=name: f"{name}: {m}")
