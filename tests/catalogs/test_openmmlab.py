@@ -18,14 +18,6 @@ OPTIONS = {"bevformer.compile.encoder": EAGER, "bevfusion.gaussian": EAGER}
 IMPORT_COMPAT = {"target.unresolved", "replacement.unresolved"}
 
 
-def frontends_available():
-    try:
-        importlib.import_module("turbo_physai.ops.frontends")
-    except ImportError:
-        return False
-    return True
-
-
 def config(ids):
     return tpa.OptimizationConfig.for_groups(*ids, **{i: OPTIONS[i] for i in ids if i in OPTIONS})
 
@@ -70,23 +62,8 @@ def openmmlab_fixture():
         yield
 
 
-@pytest.mark.skipif(frontends_available(), reason="turbo_physai.ops.frontends exists")
-@pytest.mark.usefixtures("openmmlab_fixture")
-def test_msda_blocks_cleanly_while_the_frontends_are_missing():
-    import mmcv._ext
-
-    before = dict(vars(mmcv._ext))
-    report = tpa.apply(groups=[openmmlab.MSDA])
-    group = report.group("mmcv.msda")
-    assert group.status == "blocked" and set(group.reasons) == {"replacement.unresolved"}
-    assert {c.code: c.status for c in group.checks}["target.resolve"] == "pass"
-    assert all(vars(mmcv._ext)[k] is v for k, v in before.items())
-    tpa.rollback()
-
-
 @pytest.mark.usefixtures("openmmlab_fixture")
 def test_msda_through_mmcv_function_matches_the_pytorch_reference():
-    pytest.importorskip("turbo_physai.ops.frontends")
     from mmcv.ops import MultiScaleDeformableAttnFunction as Msda
     from mmcv.ops import multi_scale_deformable_attn_pytorch as reference
 
@@ -198,8 +175,7 @@ def run_models():
 
 @pytest.mark.usefixtures("openmmlab_fixture")
 def test_every_group_applies_works_and_rolls_back_exactly():
-    ids = IDS if frontends_available() else IDS[1:]
-    groups = [g for g in openmmlab.GROUPS if g.id in ids]
+    ids, groups = IDS, list(openmmlab.GROUPS)
     import_stock_modules()
     stock = run_models()
     before = capture()
