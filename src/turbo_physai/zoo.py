@@ -108,3 +108,32 @@ _BUILDERS: dict[str, Callable[[int, int, int], tuple[torch.nn.Module, Callable]]
     "rt_detr_v2": lambda w, q, n: _rt_detr(w, q, n, v2=True),
     "mask2former": _mask2former,
 }
+
+
+def run(built: Built, *, train: bool = False) -> tuple[torch.Tensor, ...]:
+    """One inference (no autograd) or one training step: forward and backward of the sum of
+    the outputs (no optimizer step, so the weights stay those of the comparison)."""
+    if not train:
+        with torch.no_grad():
+            return built.outputs(built.model(**built.inputs))
+    built.model.zero_grad(set_to_none=True)
+    outputs = built.outputs(built.model(**built.inputs))
+    sum(o.float().sum() for o in outputs).backward()
+    return outputs
+
+
+def time_ms(built: Built, *, train: bool, reps: int, warmup: int = 1) -> list[float]:
+    """Wall-clock milliseconds of ``reps`` runs after ``warmup`` untimed ones (CUDA synced)."""
+    import time
+
+    sync = torch.cuda.synchronize if built.inputs["pixel_values"].is_cuda else (lambda: None)
+    for _ in range(warmup):
+        run(built, train=train)
+    times = []
+    for _ in range(reps):
+        sync()
+        start = time.perf_counter()
+        run(built, train=train)
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
