@@ -1,4 +1,4 @@
-"""Main job until the Deformable DETR demo exists: declare, check, apply, report, roll back.
+"""Example without torch: declare, check, apply, report and roll back groups on a small library.
 
 Run: python examples/patch_fixture_library.py  (no torch, no network, no GPU needed)
 """

@@ -8,7 +8,15 @@ from .engine.catalog import registry
 from .engine.context import CompatibilityContext, CompatibilityResult
 from .engine.declarations import DeclarationError, Group, group, replace, replace_import, wrap
 from .engine.report import OptimizationReport
-from .engine.session import ApplyError, active_report, applied, apply, check, rollback
+from .engine.session import (
+    ApplyError,
+    active_report,
+    applied,
+    apply,
+    check,
+    record_write,
+    rollback,
+)
 
 __version__ = "0.1.0"
 
@@ -28,6 +36,7 @@ __all__ = [
     "check",
     "group",
     "load_config",
+    "record_write",
     "registry",
     "replace",
     "replace_import",

@@ -6,4 +6,8 @@ time check/apply/the CLI need group IDs (never at ``import turbo_physai``). Cata
 declare (string paths): loading one imports no model code and no torch.
 """
 
-BUILTIN: tuple[str, ...] = ("turbo_physai.catalogs.openmmlab",)
+BUILTIN: tuple[str, ...] = (
+    "turbo_physai.catalogs.openmmlab",
+    "turbo_physai.catalogs.transformers",
+    "turbo_physai.catalogs.timm",
+)

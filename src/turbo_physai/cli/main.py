@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import commands, run
+from . import commands, demo, run
 
 OK, FINDINGS, USAGE = 0, 1, 2
 
@@ -84,6 +84,17 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("kernels", parents=[out], help="active kernel per operation slot")
     p.set_defaults(func=commands.kernels)
+
+    p = sub.add_parser(
+        "demo",
+        help="the main job: optimize a small random-init Deformable DETR, compare, roll back",
+    )
+    p.add_argument("--device", help="cpu or cuda (default: cuda when present, else cpu)")
+    p.add_argument("--reps", type=int, default=10, help="timed runs per side (default: 10)")
+    p.add_argument("--quick", action="store_true", help="a tiny model and 3 runs (for tests)")
+    p.add_argument("--plot", metavar="PNG", help="also draw the timings (needs matplotlib)")
+    p.add_argument("--workdir", help="where to write the generated config (default: a temp dir)")
+    p.set_defaults(func=demo.demo)
 
     p = sub.add_parser(
         "run",

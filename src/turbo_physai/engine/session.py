@@ -175,6 +175,31 @@ def rollback() -> dict[str, Any]:
     return outcome
 
 
+def record_write(group_id: str, owner: Any, name: str, value: Any) -> bool:
+    """Set ``owner.name = value`` on behalf of the applied group ``group_id``, in the journal of
+    the active apply: rollback() restores the old value (or deletes the attribute if there was
+    none) with the group's declared targets, and reports drift the same way.
+
+    For replacements that must reach objects created after apply, such as flags of model
+    instances (the timm catalog). The journal holds ``owner`` until rollback. Returns False and
+    writes nothing when that group is not applied now (a wrapper called through a reference
+    kept past rollback).
+    """
+    with _lock:
+        if _active is None:
+            return False
+        try:
+            status = _active.report.group(group_id).status
+        except KeyError:
+            return False
+        if status != APPLIED:
+            return False
+        label = f"<{type(owner).__qualname__} at {id(owner):#x}>.{name}"
+        entry = _active.journal.snapshot(owner, name, label, group_id)
+        _active.journal.install(entry, value)
+        return True
+
+
 def active_report() -> OptimizationReport | None:
     """The report of the apply() in force, if any."""
     return _active.report if _active else None

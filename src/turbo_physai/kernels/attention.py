@@ -39,12 +39,18 @@ def set_fused_attention(model: torch.nn.Module, enabled: bool = True) -> int:
     """
     flag = FUSED_WHEN_EAGER if enabled else False
     switched = 0
-    for module in model.modules():
-        current = getattr(module, "fused_attn", None)
-        if isinstance(current, (bool, _FusedWhenEager)):
-            module.fused_attn = flag
-            switched += 1
+    for module in flagged_modules(model):
+        module.fused_attn = flag
+        switched += 1
     return switched
+
+
+def flagged_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Submodules with a boolean (or :data:`FUSED_WHEN_EAGER`) ``fused_attn`` flag."""
+    return [
+        m for m in model.modules()
+        if isinstance(getattr(m, "fused_attn", None), (bool, _FusedWhenEager))
+    ]
 
 
 def scaled_dot_product_attention(

@@ -6,6 +6,12 @@
 - :func:`transformers_forward`: the signature of transformers'
   ``MultiScaleDeformableAttention.forward`` (Deformable DETR, RT-DETR and their copies), to be
   installed on that class or used through :class:`MultiScaleDeformableAttention`.
+- :func:`transformers_function`: transformers' module-level ``multi_scale_deformable_attention``
+  (Mask2Former, OneFormer), shapes given as a tensor or as a list of ``(H, W)``.
+- :func:`transformers_function_v2`: ``multi_scale_deformable_attention_v2`` (RT-DETRv2), whose
+  points of all levels are concatenated in one axis. It serves the ``"default"`` method with the
+  same number of points on every level only; :func:`v2_supported` says when a call is such
+  (use it as the ``runtime_condition``: other calls go to transformers' own code).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from turbo_physai import kernels
 from turbo_physai.ops.ms_deform_attn import _backward_op, check_inputs, ms_deform_attn
 
 __all__ = ["MultiScaleDeformableAttention", "ms_deform_attn_backward", "ms_deform_attn_forward",
-           "transformers_forward"]
+           "transformers_forward", "transformers_function", "transformers_function_v2",
+           "v2_supported"]
 
 
 def _msda(*args):
@@ -70,6 +77,48 @@ def transformers_forward(self, value, value_spatial_shapes, value_spatial_shapes
     del self, value_spatial_shapes_list, im2col_step
     return _msda(value, value_spatial_shapes, level_start_index, sampling_locations,
                  attention_weights)
+
+
+def transformers_function(value, value_spatial_shapes, sampling_locations, attention_weights):
+    """transformers' ``multi_scale_deformable_attention`` (Mask2Former, OneFormer), on our op."""
+    shapes = _shapes_tensor(value_spatial_shapes, value.device)
+    return _msda(value, shapes, _level_starts(shapes), sampling_locations, attention_weights)
+
+
+def transformers_function_v2(value, value_spatial_shapes, sampling_locations, attention_weights,
+                             num_points_list, method="default"):
+    """transformers' ``multi_scale_deformable_attention_v2`` for calls :func:`v2_supported`
+    accepts: locations ``(N, Lq, M, L*P, 2)`` and weights ``(N, Lq, M, L*P)`` are views of the
+    op's ``(..., L, P, ...)`` layout."""
+    del method  # "default" (v2_supported): bilinear sampling, the op's own
+    shapes = _shapes_tensor(value_spatial_shapes, value.device)
+    n, lq, m, _, _ = sampling_locations.shape
+    levels, points = len(num_points_list), num_points_list[0]
+    loc = sampling_locations.reshape(n, lq, m, levels, points, 2)
+    weights = attention_weights.reshape(n, lq, m, levels, points)
+    return _msda(value, shapes, _level_starts(shapes), loc, weights)
+
+
+def v2_supported(value, value_spatial_shapes, sampling_locations, attention_weights,
+                 num_points_list, method="default"):
+    """runtime_condition of :func:`transformers_function_v2`: the ``"default"`` (bilinear)
+    method with the same number of points on every level. ``"discrete"`` sampling and uneven
+    points (D-FINE style ``[3, 6, 3]``) stay on transformers' code."""
+    del value, value_spatial_shapes, sampling_locations, attention_weights
+    return method == "default" and len(set(num_points_list)) == 1
+
+
+def _shapes_tensor(shapes, device):
+    # Models hand in the Python list of (H, W) they also keep for splitting; the op wants a
+    # tensor. .to() returns an int64 tensor already on the device as it is (no copy).
+    if isinstance(shapes, torch.Tensor):
+        return shapes.to(device=device, dtype=torch.int64)
+    return torch.as_tensor([tuple(s) for s in shapes], dtype=torch.int64, device=device)
+
+
+def _level_starts(shapes):
+    areas = shapes[:, 0] * shapes[:, 1]
+    return torch.cat([areas.new_zeros(1), areas.cumsum(0)[:-1]])
 
 
 class MultiScaleDeformableAttention(nn.Module):

@@ -62,3 +62,9 @@ def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable
         return compiled[0](*args, **kw)
 
     return compiled_on_first_call
+
+
+def compile_wrapper(original: Callable[..., Any], options: Mapping[str, Any]) -> Callable[..., Any]:
+    """Wrap factory ``(original, options)``: ``original`` compiled lazily; keeps its name, doc,
+    signature and ``__wrapped__``. The compile groups of every catalog point here."""
+    return lazy_compile(original, options)

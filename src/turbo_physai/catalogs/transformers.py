@@ -1,0 +1,128 @@
+"""transformers catalog: our ``ms_deform_attn`` op in every deformable model of HF transformers,
+and ``torch.compile`` of their encoder/decoder layers.
+
+Validated against transformers 5.24 (``optimizations.common.transformers.msda.VALIDATED``; each
+MSDA group's compatibility_check blocks other releases). Model modules that a release lacks are
+blocked with ``target.unresolved``. In 5.24 every model has its own copy of the MSDA class
+(generated from ``modular_*.py``), so no module re-exports another's: there are no aliases to
+declare. Declaring imports nothing; see docs/catalogs/transformers.md for the groups, the models
+left out (D-FINE, DEIMv2) and why.
+"""
+
+from __future__ import annotations
+
+from ..engine.declarations import group, replace, wrap
+
+_MODELS = "transformers.models"
+_OPS = "turbo_physai.ops.frontends"
+_OPT = "turbo_physai.optimizations.common"
+_CHECK = f"{_OPT}.transformers.msda.check"
+COMMON = "transformers.msda.common"
+
+#: Models whose ``MultiScaleDeformableAttention.forward`` has Deformable DETR's signature
+#: ``(self, value, value_spatial_shapes, value_spatial_shapes_list, level_start_index,
+#: sampling_locations, attention_weights, im2col_step)`` and math (grid_sample, bilinear, zeros).
+CLASS_MODELS = (
+    "deformable_detr",
+    "rt_detr",
+    "grounding_dino",
+    "mm_grounding_dino",
+    "omdet_turbo",
+    "lw_detr",
+    "rf_detr",
+    "pp_doclayout_v2",
+    "pp_doclayout_v3",
+    "pp_doclayout_v4",
+)
+
+#: Models that call a module-level ``multi_scale_deformable_attention(value, shapes, locations,
+#: weights)`` by its global name from their attention module's forward.
+FUNCTION_MODELS = ("mask2former", "oneformer")
+
+
+def _module(model: str) -> str:
+    return f"{_MODELS}.{model}.modeling_{model}"
+
+
+# Shared by every MSDA group: kernelize binds forwards to instances, past any class-level
+# replacement; the guard reports it (optimizations/common/transformers/msda.py says how).
+# modeling_utils imports the function by name, and that copy is the one set_use_kernels calls.
+MSDA_COMMON = group(
+    COMMON,
+    wrap(
+        target="transformers.integrations.hub_kernels.kernelize",
+        aliases=("transformers.modeling_utils.kernelize",),
+        replacement=f"{_OPT}.transformers.msda.kernelize_guard",
+    ),
+)
+
+_CLASS_GROUPS = tuple(
+    group(
+        f"transformers.{model}.msda",
+        replace(
+            target=f"{_module(model)}.MultiScaleDeformableAttention.forward",
+            replacement=f"{_OPS}.transformers_forward",
+        ),
+        depends_on=(COMMON,),
+        compatibility_check=_CHECK,
+    )
+    for model in CLASS_MODELS
+)
+
+_FUNCTION_GROUPS = tuple(
+    group(
+        f"transformers.{model}.msda",
+        replace(
+            target=f"{_module(model)}.multi_scale_deformable_attention",
+            replacement=f"{_OPS}.transformers_function",
+        ),
+        depends_on=(COMMON,),
+        compatibility_check=_CHECK,
+    )
+    for model in FUNCTION_MODELS
+)
+
+# RT-DETRv2 concatenates the points of all levels and has a "discrete" sampling method; the
+# condition keeps that method and uneven points per level on transformers' code.
+RT_DETR_V2 = group(
+    "transformers.rt_detr_v2.msda",
+    replace(
+        target=f"{_module('rt_detr_v2')}.multi_scale_deformable_attention_v2",
+        replacement=f"{_OPS}.transformers_function_v2",
+        runtime_condition=f"{_OPS}.v2_supported",
+    ),
+    depends_on=(COMMON,),
+    compatibility_check=_CHECK,
+)
+
+
+def _compile_group(model: str, *layers: str):
+    # depends_on the model's MSDA group: the compiled layers then hold our op as one graph node
+    # (a torch.library custom op with a fake implementation), the combination the tests check
+    # with fullgraph=True; transformers' grid_sample loop would be traced op by op instead.
+    return group(
+        f"transformers.{model}.compile",
+        *(
+            wrap(
+                target=f"{_module(model)}.{layer}.forward",
+                replacement=f"{_OPT}.compile.compile_wrapper",
+            )
+            for layer in layers
+        ),
+        depends_on=(f"transformers.{model}.msda",),
+    )
+
+
+COMPILE_DEFORMABLE_DETR = _compile_group(
+    "deformable_detr", "DeformableDetrEncoderLayer", "DeformableDetrDecoderLayer"
+)
+COMPILE_RT_DETR = _compile_group("rt_detr", "RTDetrDecoderLayer")
+
+GROUPS = (
+    MSDA_COMMON,
+    *_CLASS_GROUPS,
+    *_FUNCTION_GROUPS,
+    RT_DETR_V2,
+    COMPILE_DEFORMABLE_DETR,
+    COMPILE_RT_DETR,
+)

@@ -1,0 +1,1 @@
+"""Replacements for timm objects."""

@@ -1,0 +1,1 @@
+"""Replacements and checks for models of HF transformers."""
