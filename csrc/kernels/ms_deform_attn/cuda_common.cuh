@@ -133,8 +133,10 @@ __device__ inline Taps taps_of(float loc_x, float loc_y, const Level &lv) {
     Taps t;
     const float x = loc_x * static_cast<float>(lv.w) - 0.5f;
     const float y = loc_y * static_cast<float>(lv.h) - 0.5f;
-    // Written so that NaN fails it too (and empty levels, w = h = 0, always fail).
-    t.any = x >= -1.f && y >= -1.f && x < static_cast<float>(lv.w) && y < static_cast<float>(lv.h);
+    // Written so that NaN fails it too. An empty level (w = h = 0) needs its own test: x = -0.5
+    // passes x < w there, and its clamped corner rows would lie before the level.
+    t.any = lv.w > 0 && lv.h > 0 && x >= -1.f && y >= -1.f && x < static_cast<float>(lv.w) &&
+            y < static_cast<float>(lv.h);
     if (!t.any)
         return t;
     const float x0f = floorf(x), y0f = floorf(y);
