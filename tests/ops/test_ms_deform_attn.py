@@ -12,6 +12,9 @@ from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference  # noqa: E
 from turbo_physai.testing import check_conformance  # noqa: E402
 
 LEVELS_5 = [(9, 7), (5, 4), (3, 3), (2, 1), (1, 1)]
+# The newest built-in implementation: the CUDA kernel registers after the CPU one where it can run.
+NEWEST = ("cuda" if hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available()
+          else "cpp")
 
 
 def make(n=2, lq=5, levels=((6, 5), (3, 4)), m=2, d=4, p=3, dtype=torch.float64, seed=0,
@@ -323,14 +326,14 @@ def test_bad_inputs_name_tensor_expected_and_actual(case, impl):
 
 
 def test_registered_on_the_kernel_registry_slot():
-    assert kernels.active()["ms_deform_attn"] == "cpp"
+    assert kernels.active()["ms_deform_attn"] == NEWEST
     args = make()
     torch.testing.assert_close(kernels.ms_deform_attn(*args), ms_deform_attn_reference(*args),
                                rtol=0, atol=1e-12)
     # Bad input through the slot: every candidate refuses it, the error names the tensor.
     with pytest.raises(ValueError, match="attention_weights"):
         kernels.ms_deform_attn(*args[:4], args[4][..., :1])
-    assert kernels.active()["ms_deform_attn"] == "cpp"  # a bad call disables nothing
+    assert kernels.active()["ms_deform_attn"] == NEWEST  # a bad call disables nothing
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -1,0 +1,131 @@
+"""benchmarks/e2e_deformable_detr.py: transformers Deformable DETR (ResNet-50, 800x1333), stock vs our ms_deform_attn.
+
+    PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
+
+Deformable DETR with a ResNet-50 backbone (transformers' own ResNet, random init: nothing is
+downloaded), batch 2, 800x1333, float32. "Ours" swaps transformers'
+``MultiScaleDeformableAttention.forward`` for ``turbo_physai.ops.frontends.transformers_forward``
+through the engine (``turbo_physai.apply(groups=[...])``), so the kernel registry picks the
+implementation (CUDA kernel on a GPU, C++ kernel on the CPU). Figures: median wall time of
+inference (``no_grad``, eval mode) and of a training step (train mode: forward, then backward of
+``logits.sum() + pred_boxes.sum()``; no optimizer step), synchronized per iteration; the largest
+difference of logits and boxes between the two in eval mode; and a profiler table of one training
+step with ours (where the remaining time goes). Default device: cuda if there is a GPU, else cpu
+(with smaller --batch/--height/--width for a catalog check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import turbo_physai
+
+TARGET = ("transformers.models.deformable_detr.modeling_deformable_detr."
+          "MultiScaleDeformableAttention.forward")
+GROUP = turbo_physai.group("e2e.msda", turbo_physai.replace(
+    TARGET, "turbo_physai.ops.frontends.transformers_forward"))
+
+
+def build_model(device):
+    from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
+
+    backbone = ResNetConfig(out_features=["stage2", "stage3", "stage4"])
+    config = DeformableDetrConfig(use_timm_backbone=False, use_pretrained_backbone=False,
+                                  backbone_config=backbone, backbone=None)
+    torch.manual_seed(0)
+    return DeformableDetrForObjectDetection(config).to(device)
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, device, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def measure(model, pixels, device, reps):
+    def infer():
+        with torch.no_grad():
+            return model.eval()(pixel_values=pixels)
+
+    def train_step():
+        model.train()
+        model.zero_grad(set_to_none=True)
+        out = model(pixel_values=pixels)
+        (out.logits.sum() + out.pred_boxes.sum()).backward()
+
+    with torch.no_grad():
+        eval_out = model.eval()(pixel_values=pixels)
+    return {"inference_ms": median_ms(infer, device, reps),
+            "train_step_ms": median_ms(train_step, device, reps)}, eval_out, train_step
+
+
+def profile_table(step, device, rows=25):
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    step()
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        sync(device)
+    key = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--height", type=int, default=800)
+    parser.add_argument("--width", type=int, default=1333)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--json", type=Path,
+                        default=Path("benchmarks/results/e2e_deformable_detr.json"))
+    parser.add_argument("--profile", type=Path, default=None, help="write the profiler table here")
+    args = parser.parse_args(argv)
+    model = build_model(args.device)
+    gen = torch.Generator().manual_seed(1)
+    pixels = torch.randn(args.batch, 3, args.height, args.width, generator=gen).to(args.device)
+
+    stock, stock_out, _ = measure(model, pixels, args.device, args.reps)
+    report = turbo_physai.apply(groups=[GROUP], strict=True)
+    try:
+        ours, ours_out, step = measure(model, pixels, args.device, args.reps)
+        table = profile_table(step, args.device)
+    finally:
+        turbo_physai.rollback()
+    diff = max((ours_out.logits - stock_out.logits).abs().max().item(),
+               (ours_out.pred_boxes - stock_out.pred_boxes).abs().max().item())
+    result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+              "torch": torch.__version__, "command": " ".join(sys.argv),
+              "shape": [args.batch, 3, args.height, args.width], "stock": stock, "ours": ours,
+              "max_abs_diff_logits_boxes": diff,
+              "groups": [(g.id, g.status) for g in report.groups]}
+    print(json.dumps(result, indent=1))
+    print(table)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1))
+    if args.profile:
+        args.profile.write_text(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+// csrc/kernels/ms_deform_attn/ms_deform_attn_cuda.h: multi-scale deformable attention on CUDA.
+//
+// Same math and layouts as ms_deform_attn.h (SPEC §6), for dense (contiguous) device arrays.
+// Nothing here allocates: every launch is enqueued on the caller's stream, and what needs scratch
+// memory takes it from the caller, so the calls are CUDA-graph capture safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace turbo_physai::kernels::msda::cuda {
+
+enum class Dtype { float32, float16, bfloat16 };
+
+/// Sizes of one call. spatial_shapes (L,2) and level_start_index (L,) stay on the device (reading
+/// them on the host would synchronize the stream): the kernels read them there and treat a level
+/// that does not fit inside value (negative sizes, rows past S) as empty, so bad metadata can never
+/// make them read or write out of bounds.
+struct Problem {
+    std::int64_t batch, value_len, heads, channels, queries, levels, points;
+    const std::int64_t *spatial_shapes;     ///< device, (L,2) dense
+    const std::int64_t *level_start_index;  ///< device, (L,) dense
+    Dtype dtype;
+};
+
+/// output (N,Lq,M,D) = MSDA(value (N,S,M,D), locations (N,Lq,M,L,P,2), weights (N,Lq,M,L,P));
+/// every element is written. Sums run in a fixed order: the forward is deterministic.
+cudaError_t forward(const Problem &p, const void *value, const void *sampling_locations,
+                    const void *attention_weights, void *output, cudaStream_t stream);
+
+/// How the backward sums grad_value, where many sampling points land on one element.
+enum class Accumulation {
+    /// float32 only: float atomics straight into grad_value (fastest; sums in arbitrary order).
+    direct,
+    /// float atomics into a float32 workspace shaped like value, then cast to the value dtype
+    /// (float16/bfloat16: float32 accumulation).
+    float_workspace,
+    /// Deterministic: each term becomes a 64-bit fixed-point integer with a power-of-two scale taken
+    /// from `bound` (>= the largest possible |sum|), integer atomics add them (integer addition is
+    /// associative, so the result does not depend on the order), then one pass scales back.
+    fixed_point,
+};
+
+struct BackwardScratch {
+    Accumulation accumulation;
+    void *workspace;     ///< value's shape; float32 (float_workspace) or int64 (fixed_point)
+    const float *bound;  ///< device scalar, fixed_point only: max|grad_output| * sum|weights|
+};
+
+/// Overwrites grad_value (N,S,M,D), grad_sampling_locations and grad_attention_weights from
+/// grad_output (N,Lq,M,D).
+cudaError_t backward(const Problem &p, const void *value, const void *sampling_locations,
+                     const void *attention_weights, const void *grad_output, void *grad_value,
+                     void *grad_sampling_locations, void *grad_attention_weights,
+                     const BackwardScratch &scratch, cudaStream_t stream);
+
+}  // namespace turbo_physai::kernels::msda::cuda

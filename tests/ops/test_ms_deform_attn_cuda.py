@@ -1,0 +1,209 @@
+"""tests/ops/test_ms_deform_attn_cuda.py: the CUDA ms_deform_attn against a float64 reference.
+
+Skipped without a GPU or without a CUDA build. Reference: the CPU op in float64 on the same
+(already rounded) inputs, so only the kernel's own rounding is measured. Tolerances (rtol, atol):
+float32 1e-5/1e-5, float16 2e-3/2e-3, bfloat16 1.6e-2/1.6e-2 for outputs (a few units of the
+output's last place); gradients 1e-4 (float32) and 3e-2 of the largest entry (float16/bfloat16,
+whose loads of value and grad_output are themselves rounded).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from turbo_physai import _core, kernels  # noqa: E402
+from turbo_physai.ops import ms_deform_attn  # noqa: E402
+from turbo_physai.ops.ms_deform_attn import _backward_op  # noqa: E402
+from turbo_physai.testing import check_conformance  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available()),
+    reason="needs a GPU and a CUDA build")
+
+LEVELS_5 = [(9, 7), (5, 4), (3, 3), (2, 1), (1, 1)]
+OUT_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+GRAD_TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
+CASES = {
+    "two_levels": {},
+    "one_level": {"levels": ((7, 9),)},
+    "five_levels": {"levels": LEVELS_5},
+    "p1": {"p": 1},
+    "p8": {"p": 8},
+    "d1": {"d": 1},
+    "d3": {"d": 3},
+    "d32": {"d": 32},
+    "d64": {"d": 64, "lq": 3},
+    "d128": {"d": 128, "lq": 2},
+    "d256": {"d": 256, "lq": 2},  # more channels than one warp row: two chunks
+    "one_query": {"lq": 1},
+    "many_points": {"levels": LEVELS_5, "p": 8},  # 40 points: two batches of 32
+    "batch3": {"n": 3},
+}
+
+
+def make(n=2, lq=5, levels=((6, 5), (3, 4)), m=2, d=4, p=3, dtype=torch.float32, seed=0):
+    """Inputs on the GPU; locations spill past both borders (zero padding, x = -1 edges)."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = torch.tensor(levels, dtype=torch.int64)
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    s = int(shapes.prod(1).sum())
+    value = torch.randn(n, s, m, d, generator=gen, dtype=torch.float64)
+    loc = torch.rand(n, lq, m, len(levels), p, 2, generator=gen, dtype=torch.float64) * 1.3 - 0.15
+    if loc.numel():
+        loc.view(-1)[:2] = 0.0  # pixel -0.5: inside, on the x = -1 / y = -1 edge
+    attn = torch.rand(n, lq, m, len(levels), p, generator=gen, dtype=torch.float64)
+    return [t.to("cuda", dtype) if t.is_floating_point() else t.cuda()
+            for t in (value, shapes, starts, loc, attn)]
+
+
+def cpu64(args):
+    return [t.cpu().double() if t.is_floating_point() else t.cpu() for t in args]
+
+
+def grads(args, seed=1):
+    value, shapes, starts, loc, attn = [t.detach().clone() for t in args]
+    leaves = [t.requires_grad_() for t in (value, loc, attn)]
+    out = ms_deform_attn(value, shapes, starts, loc, attn)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return out.detach(), torch.autograd.grad(out, leaves, g.to(out))
+
+
+def close(mine, ref, tol):
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    torch.testing.assert_close(mine.cpu().double(), ref, rtol=tol, atol=tol * max(1.0, scale))
+
+
+@pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_and_gradients_match_float64(case, dtype):
+    args = make(dtype=dtype, **CASES[case])
+    out, (g_value, g_loc, g_attn) = grads(args)
+    ref_out, (r_value, r_loc, r_attn) = grads(cpu64(args))
+    torch.testing.assert_close(out.cpu().double(), ref_out, rtol=OUT_TOL[dtype],
+                               atol=OUT_TOL[dtype])
+    for mine, ref in ((g_value, r_value), (g_loc, r_loc), (g_attn, r_attn)):
+        assert mine.dtype == dtype and mine.is_cuda
+        close(mine, ref, GRAD_TOL[dtype])
+
+
+def test_every_output_element_is_written():
+    value, shapes, starts, loc, attn = make(d=32)
+    out = torch.full((2, 5, 2, 32), float("nan"), device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    _core.ms_deform_attn_forward_cuda(value, shapes, starts, loc, attn, out, stream)
+    torch.testing.assert_close(out.view(2, 5, 64), ms_deform_attn(value, shapes, starts, loc, attn))
+    poisoned = [torch.full_like(t, float("nan")) for t in (value, loc, attn)]
+    _core.ms_deform_attn_backward_cuda(value, shapes, starts, loc, attn, out, *poisoned, None,
+                                       None, stream)
+    assert all(torch.isfinite(g).all() for g in poisoned)
+
+
+@pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])
+def test_empty_sizes(shape):
+    args = make(**shape)
+    out, (g_value, g_loc, g_attn) = grads(args)
+    ref_out, refs = grads(cpu64(args))
+    assert out.shape == ref_out.shape
+    for mine, ref in zip((g_value, g_loc, g_attn), refs, strict=True):
+        torch.testing.assert_close(mine.cpu().double(), ref)
+
+
+def test_all_points_outside_give_zeros():
+    value, shapes, starts, loc, attn = make()
+    loc = torch.full_like(loc, 3.0)
+    out, (g_value, g_loc, g_attn) = grads([value, shapes, starts, loc, attn])
+    assert not out.any() and not g_value.any() and not g_loc.any() and not g_attn.any()
+
+
+def test_bad_level_metadata_reads_no_memory_outside_value():
+    # On CUDA the levels are not read on the host; a level past S is treated as empty.
+    value, shapes, starts, loc, attn = make()
+    shapes = shapes.clone()
+    shapes[1, 0] = 1000
+    out = ms_deform_attn(value, shapes, starts, loc, attn)
+    torch.cuda.synchronize()
+    good = ms_deform_attn(value, shapes[:1], starts[:1], loc[:, :, :, :1], attn[:, :, :, :1])
+    torch.testing.assert_close(out, good)
+
+
+@pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
+def test_deterministic_backward_is_bit_identical_and_accurate(dtype):
+    args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4, dtype=dtype)
+    _, (r_value, r_loc, r_attn) = grads(cpu64(args))
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [grads(args)[1] for _ in range(3)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run, strict=True):
+            assert torch.equal(a, b)
+    for mine, ref in zip(runs[0], (r_value, r_loc, r_attn), strict=True):
+        close(mine, ref, GRAD_TOL[dtype])
+
+
+def test_runs_on_the_callers_stream():
+    args = make(d=32)
+    g = torch.randn(2, 5, 64, device="cuda")
+    expected, expected_grads = ms_deform_attn(*args), _backward_op(g, *args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # nothing in here may copy from the host (that would block)
+        torch.cuda._sleep(50_000_000)  # keeps `side` busy: a kernel queued behind it waits
+        out = ms_deform_attn(*args)
+        grads_ = _backward_op(g, *args)
+    assert not side.query()
+    side.synchronize()
+    torch.testing.assert_close(out, expected)
+    for mine, ref in zip(grads_, expected_grads, strict=True):
+        torch.testing.assert_close(mine, ref)
+
+
+def test_cuda_graph_capture_and_replay():
+    args = make(d=32)
+    value, shapes, starts, loc, attn = args
+    g = torch.randn(2, 5, 64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture, as torch asks
+        ms_deform_attn(*args)
+        _backward_op(g, *args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ms_deform_attn(*args)
+        grads_ = _backward_op(g, *args)
+    for seed in (3, 4):
+        fresh = make(d=32, seed=seed)
+        for dst, src in zip((value, loc, attn), (fresh[0], fresh[3], fresh[4]), strict=True):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, ms_deform_attn(*args))
+        for mine, ref in zip(grads_, _backward_op(g, *args), strict=True):
+            torch.testing.assert_close(mine, ref)
+
+
+def test_torch_compile_fullgraph():
+    args = make(d=32)
+
+    def f(value, shapes, starts, loc, attn):
+        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(*args), f(*args))
+
+
+def test_registry_picks_cuda_for_gpu_tensors():
+    args = make(d=32)
+    assert kernels.resolve("ms_deform_attn", *args) is ms_deform_attn
+    names = [impl["name"] for impl in kernels.implementations("ms_deform_attn")]
+    assert "cuda" in names
+    torch.testing.assert_close(kernels.ms_deform_attn(*args), ms_deform_attn(*args))
+
+
+def test_conformance_gate():
+    shapes = [(1, 4, 1, 1, 1, 1), (2, 7, 2, 3, 2, 3), (2, 9, 2, 32, 3, 4)]
+    checked = check_conformance("ms_deform_attn", ms_deform_attn, shapes=shapes,
+                                dtypes=[torch.float32], device="cuda")
+    assert checked == 3
