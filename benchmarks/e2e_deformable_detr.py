@@ -1,4 +1,4 @@
-"""benchmarks/e2e_deformable_detr.py: transformers Deformable DETR (ResNet-50, 800x1333), stock vs our ms_deform_attn.
+"""benchmarks/e2e_deformable_detr.py: Deformable DETR (ResNet-50, 800x1333), stock vs ours.
 
     PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
 
