@@ -12,7 +12,12 @@ from turbo_physai.kernels import providers
 
 from .conftest import run_python
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
+
+from turbo_physai import _core  # noqa: E402
+
+# The newest built-in implementation of fake_quant_fp8: CUDA where it can run, else C++.
+NEWEST = "cuda" if torch.cuda.is_available() and _core.cuda_kernels else "cpp"
 needs_hub_package = pytest.mark.skipif(
     importlib.util.find_spec("kernels") is None, reason="the optional `kernels` package is absent"
 )
@@ -194,7 +199,7 @@ def test_hub_kernel_that_fails_to_load_falls_back_with_one_warning(tmp_path):
     assert out["hub_calls"] is None
     assert len(out["warnings"]) == 1
     assert "'hubfq'" in out["warnings"][0] and "undefined symbol" in out["warnings"][0]
-    assert out["active"] == "cpp"
+    assert out["active"] == NEWEST
 
 
 def test_hub_disabled_by_variable_never_imports_kernels(tmp_path):
@@ -202,7 +207,7 @@ def test_hub_disabled_by_variable_never_imports_kernels(tmp_path):
     out = result_of(HUB_CHECK, env=env)
     assert not out["registered"] and out["correct"]
     assert not out["kernels_imported"]
-    assert out["active"] == "cpp"
+    assert out["active"] == NEWEST
 
 
 @needs_hub_package
@@ -213,7 +218,7 @@ def test_hub_variable_also_filters_an_already_registered_hub_kernel(tmp_path):
     )
     out = result_of(code, env=build_hub_cache(tmp_path, KERNEL_SOURCE))
     assert out["registered"] and out["correct"]
-    assert out["hub_calls"] is None and out["active"] == "cpp"
+    assert out["hub_calls"] is None and out["active"] == NEWEST
 
 
 def test_hub_package_absent():

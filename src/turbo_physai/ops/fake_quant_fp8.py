@@ -13,6 +13,7 @@ import torch
 
 from turbo_physai import _core
 from turbo_physai.kernels import reference
+from turbo_physai.ops._dlpack import capsules
 
 _NAME = "turbo_physai::fake_quant_fp8"
 
@@ -27,10 +28,10 @@ def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     flat_scale = scale.reshape(-1).contiguous()
     out = torch.empty_like(x)
     if x.device.type == "cpu":
-        _core.fake_quant_fp8_cpu(x, flat_scale, out)
+        _core.fake_quant_fp8_cpu(*capsules(x, flat_scale, out))
     elif _core.cuda_kernels:
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        _core.fake_quant_fp8_cuda(x, flat_scale, out, stream)
+        _core.fake_quant_fp8_cuda(*capsules(x, flat_scale, out), stream)
     else:
         return reference.fake_quant_fp8_forward(x, scale).contiguous()
     return out

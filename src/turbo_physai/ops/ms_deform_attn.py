@@ -38,6 +38,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.kernels.reference import check_ms_deform_attn as check_inputs
 from turbo_physai.kernels.reference import ms_deform_attn as ms_deform_attn_reference
+from turbo_physai.ops._dlpack import capsules
 
 __all__ = ["SLOT", "ms_deform_attn", "ms_deform_attn_reference", "register_kernels"]
 
@@ -77,8 +78,9 @@ def _forward_op(value: torch.Tensor, spatial_shapes: torch.Tensor,
     dtype = _compute_dtype(value.dtype)
     out = torch.empty((n, lq, m, d), dtype=dtype, device=value.device)
     _core.ms_deform_attn_forward(
-        _dense_channels(value, dtype), spatial_shapes.detach(), level_start_index.detach(),
-        sampling_locations.detach().to(dtype), attention_weights.detach().to(dtype), out,
+        *capsules(_dense_channels(value, dtype), spatial_shapes.detach(),
+                  level_start_index.detach(), sampling_locations.detach().to(dtype),
+                  attention_weights.detach().to(dtype), out),
         torch.get_num_threads())
     return out.view(n, lq, m * d).to(value.dtype)
 
@@ -104,9 +106,11 @@ def _backward_op(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
     grads = tuple(torch.empty(t.shape, dtype=dtype, device=t.device)
                   for t in (value, sampling_locations, attention_weights))
     _core.ms_deform_attn_backward(
-        _dense_channels(value, dtype), spatial_shapes.detach(), level_start_index.detach(),
-        sampling_locations.detach().to(dtype), attention_weights.detach().to(dtype),
-        _dense_channels(grad_output.reshape(n, lq, m, d), dtype), *grads, torch.get_num_threads())
+        *capsules(_dense_channels(value, dtype), spatial_shapes.detach(),
+                  level_start_index.detach(), sampling_locations.detach().to(dtype),
+                  attention_weights.detach().to(dtype),
+                  _dense_channels(grad_output.reshape(n, lq, m, d), dtype), *grads),
+        torch.get_num_threads())
     return tuple(g.to(value.dtype) for g in grads)
 
 
@@ -140,8 +144,8 @@ def _forward_cuda(value, spatial_shapes, level_start_index, sampling_locations,
     lq = sampling_locations.shape[1]
     out = torch.empty((n, lq, m, d), dtype=value.dtype, device=value.device)
     _core.ms_deform_attn_forward_cuda(
-        *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                      attention_weights), out, _stream(value))
+        *capsules(*_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                                attention_weights), out), _stream(value))
     return out.view(n, lq, m * d)
 
 
@@ -171,8 +175,9 @@ def _backward_cuda(grad_output, value, spatial_shapes, level_start_index, sampli
     elif value.dtype != torch.float32:
         workspace = torch.empty(value.shape, dtype=torch.float32, device=value.device)
     _core.ms_deform_attn_backward_cuda(
-        *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                      attention_weights), grad_output, *grads, workspace, bound, _stream(value))
+        *capsules(*_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                                attention_weights), grad_output, *grads, workspace, bound),
+        _stream(value))
     return grads
 
 
