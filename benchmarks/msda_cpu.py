@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import torch
+from msda_common import run_once
 
 from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference
 
@@ -58,16 +59,6 @@ def make_inputs(batch, queries, levels, seed=0):
     attn = attn.flatten(-2).softmax(-1).view_as(attn)
     grad = torch.randn(batch, queries, HEADS * CHANNELS, generator=gen)
     return value, shapes, starts, loc, attn, grad
-
-
-def run_once(fn, args, grad, backward):
-    value, shapes, starts, loc, attn = args
-    if not backward:
-        with torch.no_grad():
-            return fn(value, shapes, starts, loc, attn)
-    leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
-    out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
-    return torch.autograd.grad(out, leaves, grad)
 
 
 def time_size(size, reps, rounds=3):

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+from msda_common import run_once
 
 from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference
 
@@ -69,24 +70,14 @@ def make_inputs(n, levels, lq, p, locations, dtype=torch.float32, seed=0):
     return cast, grad.to(dtype)
 
 
-def call(fn, args, grad, backward):
-    value, shapes, starts, loc, attn = args
-    if not backward:
-        with torch.no_grad():
-            return fn(value, shapes, starts, loc, attn)
-    leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
-    out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
-    return torch.autograd.grad(out, leaves, grad)
-
-
 def median_ms(fn, args, grad, backward, reps):
     for _ in range(3):
-        call(fn, args, grad, backward)
+        run_once(fn, args, grad, backward)
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        call(fn, args, grad, backward)
+        run_once(fn, args, grad, backward)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
@@ -96,10 +87,10 @@ def median_ms(fn, args, grad, backward, reps):
 def gpu_ms(fn, args, grad, backward, reps):
     """GPU busy time per call (kernels and memsets, from the profiler): the event-timed median
     minus this is host time the GPU spent waiting for launches."""
-    call(fn, args, grad, backward)
+    run_once(fn, args, grad, backward)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            call(fn, args, grad, backward)
+            run_once(fn, args, grad, backward)
         torch.cuda.synchronize()
     return sum(e.self_device_time_total for e in prof.key_averages()) / reps / 1e3
 
@@ -108,7 +99,7 @@ def peak_mb(fn, args, grad, backward):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    result = call(fn, args, grad, backward)
+    result = run_once(fn, args, grad, backward)
     torch.cuda.synchronize()
     del result
     return (torch.cuda.max_memory_allocated() - base) / 2**20
@@ -117,10 +108,10 @@ def peak_mb(fn, args, grad, backward):
 def errors(args, grad):
     """Max abs error of ours (float32) against the float64 reference, output and gradients."""
     wide = [t.double() if t.is_floating_point() else t for t in args]
-    ref = call(ms_deform_attn_reference, wide, grad.double(), False)
-    mine = call(ms_deform_attn, args, grad, False)
-    ref_g = call(ms_deform_attn_reference, wide, grad.double(), True)
-    mine_g = call(ms_deform_attn, args, grad, True)
+    ref = run_once(ms_deform_attn_reference, wide, grad.double(), False)
+    mine = run_once(ms_deform_attn, args, grad, False)
+    ref_g = run_once(ms_deform_attn_reference, wide, grad.double(), True)
+    mine_g = run_once(ms_deform_attn, args, grad, True)
     out = {"out": (mine.double() - ref).abs().max().item()}
     for name, a, b in zip(("grad_value", "grad_loc", "grad_attn"), mine_g, ref_g, strict=True):
         out[name] = (a.double() - b).abs().max().item()

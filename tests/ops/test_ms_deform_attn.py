@@ -7,28 +7,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tpa_msda_cases import CASES as BASE_CASES  # noqa: E402
+from tpa_msda_cases import LEVELS_5, make_inputs  # noqa: E402
+
 from turbo_physai import _core, kernels  # noqa: E402
 from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference  # noqa: E402
 from turbo_physai.testing import check_conformance  # noqa: E402
 
-LEVELS_5 = [(9, 7), (5, 4), (3, 3), (2, 1), (1, 1)]
 # The newest built-in implementation: the CUDA kernel registers after the CPU one where it can run.
 NEWEST = ("cuda" if hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available()
           else "cpp")
+CASES = {**BASE_CASES, "many_heads": {"m": 8, "d": 8}}
 
 
-def make(n=2, lq=5, levels=((6, 5), (3, 4)), m=2, d=4, p=3, dtype=torch.float64, seed=0,
-         loc_low=-0.15, loc_high=1.15):
-    """Random inputs; locations spill past both borders so that zero padding is exercised."""
-    gen = torch.Generator().manual_seed(seed)
-    shapes = torch.tensor(levels, dtype=torch.int64)
-    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
-    s = int(shapes.prod(1).sum())
-    value = torch.randn(n, s, m, d, generator=gen, dtype=torch.float64).to(dtype)
-    loc = (torch.rand(n, lq, m, len(levels), p, 2, generator=gen, dtype=torch.float64)
-           * (loc_high - loc_low) + loc_low).to(dtype)
-    attn = torch.rand(n, lq, m, len(levels), p, generator=gen, dtype=torch.float64).to(dtype)
-    return value, shapes, starts, loc, attn
+def make(dtype=torch.float64, **kwargs):
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in make_inputs(**kwargs))
 
 
 def as64(args):
@@ -44,21 +37,6 @@ def grads(fn, args, seed=1):
     return out.detach(), torch.autograd.grad(out, leaves, g)
 
 
-CASES = {
-    "two_levels": {},
-    "one_level": {"levels": ((7, 9),)},
-    "five_levels": {"levels": LEVELS_5},
-    "p1": {"p": 1},
-    "p8": {"p": 8},
-    "d1": {"d": 1},
-    "d3": {"d": 3},
-    "d32": {"d": 32},
-    "d64": {"d": 64, "lq": 3},
-    "d128": {"d": 128, "lq": 2},
-    "one_query": {"lq": 1},
-    "many_heads": {"m": 8, "d": 8},
-    "batch3": {"n": 3},
-}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -11,6 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tpa_msda_cases import CASES as BASE_CASES  # noqa: E402
+from tpa_msda_cases import LEVELS_5, make_inputs  # noqa: E402
+
 from turbo_physai import _core, kernels  # noqa: E402
 from turbo_physai.ops import ms_deform_attn  # noqa: E402
 from turbo_physai.ops.ms_deform_attn import _backward_op  # noqa: E402
@@ -20,38 +23,20 @@ pytestmark = pytest.mark.skipif(
     not (hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available()),
     reason="needs a GPU and a CUDA build")
 
-LEVELS_5 = [(9, 7), (5, 4), (3, 3), (2, 1), (1, 1)]
 OUT_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 GRAD_TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
 CASES = {
-    "two_levels": {},
-    "one_level": {"levels": ((7, 9),)},
-    "five_levels": {"levels": LEVELS_5},
-    "p1": {"p": 1},
-    "p8": {"p": 8},
-    "d1": {"d": 1},
-    "d3": {"d": 3},
-    "d32": {"d": 32},
-    "d64": {"d": 64, "lq": 3},
-    "d128": {"d": 128, "lq": 2},
+    **BASE_CASES,
     "d256": {"d": 256, "lq": 2},  # more channels than one warp row: two chunks
-    "one_query": {"lq": 1},
     "many_points": {"levels": LEVELS_5, "p": 8},  # 40 points: two batches of 32
-    "batch3": {"n": 3},
 }
 
 
-def make(n=2, lq=5, levels=((6, 5), (3, 4)), m=2, d=4, p=3, dtype=torch.float32, seed=0):
+def make(dtype=torch.float32, **kwargs):
     """Inputs on the GPU; locations spill past both borders (zero padding, x = -1 edges)."""
-    gen = torch.Generator().manual_seed(seed)
-    shapes = torch.tensor(levels, dtype=torch.int64)
-    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
-    s = int(shapes.prod(1).sum())
-    value = torch.randn(n, s, m, d, generator=gen, dtype=torch.float64)
-    loc = torch.rand(n, lq, m, len(levels), p, 2, generator=gen, dtype=torch.float64) * 1.3 - 0.15
+    value, shapes, starts, loc, attn = make_inputs(**kwargs)
     if loc.numel():
         loc.view(-1)[:2] = 0.0  # pixel -0.5: inside, on the x = -1 / y = -1 edge
-    attn = torch.rand(n, lq, m, len(levels), p, generator=gen, dtype=torch.float64)
     return [t.to("cuda", dtype) if t.is_floating_point() else t.cuda()
             for t in (value, shapes, starts, loc, attn)]
 
