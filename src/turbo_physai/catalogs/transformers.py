@@ -56,43 +56,34 @@ MSDA_COMMON = group(
     ),
 )
 
+def _msda_group(model: str, target: str, replacement: str, runtime_condition: str | None = None):
+    return group(
+        f"transformers.{model}.msda",
+        replace(
+            target=f"{_module(model)}.{target}",
+            replacement=f"{_OPS}.{replacement}",
+            runtime_condition=runtime_condition,
+        ),
+        depends_on=(COMMON,),
+        compatibility_check=_CHECK,
+    )
+
+
 _CLASS_GROUPS = tuple(
-    group(
-        f"transformers.{model}.msda",
-        replace(
-            target=f"{_module(model)}.MultiScaleDeformableAttention.forward",
-            replacement=f"{_OPS}.transformers_forward",
-        ),
-        depends_on=(COMMON,),
-        compatibility_check=_CHECK,
-    )
-    for model in CLASS_MODELS
+    _msda_group(m, "MultiScaleDeformableAttention.forward", "transformers_forward")
+    for m in CLASS_MODELS
 )
-
 _FUNCTION_GROUPS = tuple(
-    group(
-        f"transformers.{model}.msda",
-        replace(
-            target=f"{_module(model)}.multi_scale_deformable_attention",
-            replacement=f"{_OPS}.transformers_function",
-        ),
-        depends_on=(COMMON,),
-        compatibility_check=_CHECK,
-    )
-    for model in FUNCTION_MODELS
+    _msda_group(m, "multi_scale_deformable_attention", "transformers_function")
+    for m in FUNCTION_MODELS
 )
-
 # RT-DETRv2 concatenates the points of all levels and has a "discrete" sampling method; the
 # condition keeps that method and uneven points per level on transformers' code.
-RT_DETR_V2 = group(
-    "transformers.rt_detr_v2.msda",
-    replace(
-        target=f"{_module('rt_detr_v2')}.multi_scale_deformable_attention_v2",
-        replacement=f"{_OPS}.transformers_function_v2",
-        runtime_condition=f"{_OPS}.v2_supported",
-    ),
-    depends_on=(COMMON,),
-    compatibility_check=_CHECK,
+RT_DETR_V2 = _msda_group(
+    "rt_detr_v2",
+    "multi_scale_deformable_attention_v2",
+    "transformers_function_v2",
+    runtime_condition=f"{_OPS}.v2_supported",
 )
 
 

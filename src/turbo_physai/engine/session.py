@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _core
-from ..config import GroupSelection, OptimizationConfig, Trust, load_config
+from ..config import GroupSelection, OptimizationConfig, load_config
 from ..config.checks import gate
 from . import mechanisms
 from .catalog import planner_node, registry
@@ -31,6 +31,7 @@ from .report import (
     BLOCKED,
     CHECKED,
     FAIL,
+    NOT_APPLICABLE,
     NOT_STARTED,
     PASS,
     ROLLED_BACK,
@@ -285,7 +286,7 @@ def _run_group(mode, group, sel, gr, done, extra_checks, forced, journal) -> Non
     if not any(c.blocks and c.code != "dependency" for c in gr.checks):
         gr.checks.append(_compatibility(group, sel))
     if not any(c.blocks and c.code != "dependency" for c in gr.checks):
-        ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust or Trust(), gr)
+        ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust, gr)
         for decl in group.declarations:
             p = mechanisms.prepare(decl, ctx)
             prepared.append(p)
@@ -335,7 +336,7 @@ def _install(mode, group, prepared, gr, journal) -> None:
 
 def _compatibility(group: Group, sel: GroupSelection) -> Check:
     if group.compatibility_check is None:
-        return Check("compatibility_check", "not_applicable")
+        return Check("compatibility_check", NOT_APPLICABLE)
     code = "compatibility_check"
     try:
         fn = resolve_object(group.compatibility_check)
