@@ -1,6 +1,17 @@
 """OptimizationConfig: which groups to apply, with options and trusted source evidence."""
 
-from .loader import load_config
+import os
+
 from .model import SCHEMA, ConfigError, GroupSelection, OptimizationConfig, Trust
+
+
+def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
+    """Load a v1 YAML config; errors are ConfigError naming file:line and the key.
+
+    The loader (PyYAML and the schema) is imported on first use, so code that only imports
+    turbo_physai (for ops, catalogs or the engine with Group objects) does not pay for it."""
+    from .loader import load_config as load
+
+    return load(path)
 
 __all__ = ["SCHEMA", "ConfigError", "GroupSelection", "OptimizationConfig", "Trust", "load_config"]

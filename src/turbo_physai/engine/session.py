@@ -18,7 +18,6 @@ from typing import Any
 
 from .. import _core
 from ..config import GroupSelection, OptimizationConfig, load_config
-from ..config.checks import gate
 from . import mechanisms
 from .catalog import planner_node, registry
 from .context import CompatibilityContext, CompatibilityResult, TargetInfo
@@ -229,6 +228,8 @@ def _run(mode, config, groups, force_groups, disable_groups, trust):
                     reason="conflict.target",
                 )
             )
+
+    from ..config.checks import gate  # the YAML schema: imported on use, not with the package
 
     config_checks = gate(selection.config)
     report = OptimizationReport(mode)
