@@ -2,7 +2,8 @@
 //
 // Per sampling point a group of lanes reads the four corner rows once and produces all three
 // gradients: the dot products of grad_output with the corners give the weight and location
-// gradients (reduced over the group's lanes by shuffles, in a fixed order), and the corners'
+// gradients (reduced over the group's lanes by shuffles in a fixed order, then written by the lane
+// that prepared the point, so those stores are coalesced), and the corners'
 // value gradients are added with atomics, float (sm_90: one 16-byte red.global.add.v4.f32 per
 // lane and corner) or, in the deterministic mode, 64-bit fixed point.
 #include "ms_deform_attn/cuda_common.cuh"
@@ -40,17 +41,18 @@ constexpr bool kFloat4Atomics = true;
 constexpr bool kFloat4Atomics = false;
 #endif
 
+/// The accumulator's element type.
+template <bool kFixed>
+using Acc = std::conditional_t<kFixed, unsigned long long, float>;
+
 template <bool kFixed, int VEC>
-__device__ inline void add_row(void *acc, std::int64_t at, float coef, const float (&g)[VEC],
-                               double scale) {
+__device__ inline void add_row(Acc<kFixed> *p, float coef, const float (&g)[VEC], double scale) {
     if constexpr (kFixed) {
-        auto *p = static_cast<unsigned long long *>(acc) + at;
 #pragma unroll
         for (int i = 0; i < VEC; ++i)  // two's complement: wrapping unsigned adds are signed adds
             atomicAdd(p + i, static_cast<unsigned long long>(
                                  __double2ll_rn(static_cast<double>(coef * g[i]) * scale)));
     } else {
-        float *p = static_cast<float *>(acc) + at;
         if constexpr (kFloat4Atomics && VEC % 4 == 0) {
 #pragma unroll
             for (int i = 0; i < VEC; i += 4)
@@ -65,78 +67,133 @@ __device__ inline void add_row(void *acc, std::int64_t at, float coef, const flo
     }
 }
 
+constexpr size_t kTablesBytes = warp_tables_bytes<Point, PointGrad, float4>();
+
+/// One point's share of the gradients on this lane's channels (every chunk of them): adds the
+/// value gradient of its corners with atomics and returns the lane's parts of d weight, d x, d y.
+/// `column`: value[n, 0, m, r*VEC] as an element index (of value and of the accumulator).
 template <typename T, int VEC, bool kFixed>
-__global__ void __launch_bounds__(kThreads) backward_kernel(BackwardArgs<T> a) {
-    extern __shared__ Level levels[];
+__device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &pt,
+                                         const PointGrad &pg, std::int64_t column,
+                                         unsigned row_elements, const T *grad_row,
+                                         const float (&g0)[VEC], int r, double scale) {
+    float d_weight = 0.f, d_x = 0.f, d_y = 0.f;
+    const std::int64_t D = a.s.channels;
+    const std::int64_t chunk_width = static_cast<std::int64_t>(a.layout.lanes_per_row) * VEC;
+    for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
+        const std::int64_t c = chunk * chunk_width;
+        if (c + r * VEC >= D)
+            break;
+        float g[VEC];
+        if (chunk == 0) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i)
+                g[i] = g0[i];
+        } else {
+            load<T, VEC>(grad_row + c, g);
+        }
+        const T *value = a.value + column + c;
+        Acc<kFixed> *acc = static_cast<Acc<kFixed> *>(a.acc) + column + c;
+        float v[4][VEC];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            load<T, VEC>(row_at(value, pt.row[k], row_elements * sizeof(T)), v[k]);
+        float dot[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            dot[k] = 0.f;
+#pragma unroll
+            for (int i = 0; i < VEC; ++i)
+                dot[k] += g[i] * v[k][i];
+            // A corner outside the map read a clamped neighbour's row: it adds nothing, to the
+            // value gradient or to any derivative.
+            if (pg.inside >> k & 1u)
+                add_row<kFixed, VEC>(row_at(acc, pt.row[k], row_elements * sizeof(*acc)),
+                                     pg.attn * pt.weight[k], g, scale);
+            else
+                dot[k] = 0.f;
+            d_weight += pt.weight[k] * dot[k];
+        }
+        // Derivatives of the bilinear weights of corners (x0,y0), (x0+1,y0), (x0,y0+1),
+        // (x0+1,y0+1) in x and y.
+        const float gx = 1.f - pg.fx, gy = 1.f - pg.fy;
+        d_x += gy * (dot[1] - dot[0]) + pg.fy * (dot[3] - dot[2]);
+        d_y += gx * (dot[2] - dot[0]) + pg.fx * (dot[3] - dot[1]);
+    }
+    return make_float3(d_weight, d_x, d_y);
+}
+
+// float32: 3 blocks of 8 warps per SM (at most 80 registers), measured 7-16% faster fwd+bwd than
+// the compiler's choice of 2 (H200, issue 6 shapes); 16-bit types would spill at 80.
+template <typename T, int VEC, bool kFixed>
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
+    backward_kernel(BackwardArgs<T> a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x / 32;
+    Point *points_of = reinterpret_cast<Point *>(smem) + warp * 32;
+    PointGrad *grads_of = reinterpret_cast<PointGrad *>(smem + warp_tables_bytes<Point>()) +
+                          warp * 32;
+    float4 *sums_of = reinterpret_cast<float4 *>(smem + warp_tables_bytes<Point, PointGrad>()) +
+                      warp * 32;
+    Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
     const double scale = kFixed ? fixed_point_scale(a.bound) : 1.0;
     const int lane = threadIdx.x & 31, r = lane & (a.layout.lanes_per_row - 1);
     const int group = lane >> a.layout.log2_lanes, groups = 32 >> a.layout.log2_lanes;
     const int points = a.s.levels * a.s.points;
-    const std::int64_t M = a.s.heads, D = a.s.channels, rows = a.s.batch * a.s.queries * M;
-    const std::int64_t chunk_width = static_cast<std::int64_t>(a.layout.lanes_per_row) * VEC;
-    for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-         row < rows; row += static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock) {
-        const std::int64_t n = row / (a.s.queries * M), m = row % M;
-        const std::int64_t column = (n * a.s.value_len * M + m) * D + r * VEC;  // value[n,0,m,r*VEC]
-        const T *grad_row = a.grad_out + row * D + r * VEC;
-        float g0[VEC] = {};  // the first chunk of grad_output, kept for every point
-        if (r * VEC < D)
-            load<T, VEC>(grad_row, g0);
-        for (int base = 0; base < points; base += 32) {
-            const PointBatch<T> batch(a.loc + row * points * 2, a.attn + row * points, base, points);
-            const int count = min(32, points - base);
-            for (int j0 = 0; j0 < count; j0 += groups) {
-                const int j = j0 + group, k = base + j;
-                const float px = __shfl_sync(kFullMask, batch.x, j & 31);
-                const float py = __shfl_sync(kFullMask, batch.y, j & 31);
-                const float pw = __shfl_sync(kFullMask, batch.weight, j & 31);
-                const Level lv = levels[(j < count ? k : 0) / max(a.s.points, 1)];
-                const Taps t = j < count ? taps_of<true>(px, py, lv) : Taps{false};
-                float d_weight = 0.f, d_x = 0.f, d_y = 0.f;
-                for (int chunk = 0; t.any && chunk < a.layout.chunks; ++chunk) {
-                    const std::int64_t c = chunk * chunk_width;
-                    if (c + r * VEC >= D)
-                        break;
-                    float g[VEC];
-                    if (chunk == 0) {
-#pragma unroll
-                        for (int i = 0; i < VEC; ++i)
-                            g[i] = g0[i];
-                    } else {
-                        load<T, VEC>(grad_row + c, g);
+    const int first_level = lane < points ? lane / a.s.points : 0;  // of this lane's first point
+    const unsigned row_elements = static_cast<unsigned>(a.s.heads * a.s.channels);
+    const std::int64_t D = a.s.channels;
+    for (std::int64_t nm = blockIdx.y; nm < a.s.batch * a.s.heads; nm += gridDim.y) {
+        const Head h(nm, a.s.heads);
+        const std::int64_t column = (h.n * a.s.value_len * a.s.heads + h.m) * D + r * VEC;
+        for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+             q < a.s.queries; q += static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock) {
+            const std::int64_t row = h.row(q, a.s);
+            const T *grad_row = a.grad_out + row * D + r * VEC;
+            float g0[VEC] = {};  // the first chunk of grad_output, kept for every point
+            if (r * VEC < D)
+                load<T, VEC>(grad_row, g0);
+            for (int base = 0; base < points; base += 32) {
+                const int count = min(32, points - base);
+                float scale_x = 0.f, scale_y = 0.f;  // d loc = attn * level size * d pixel
+                if (lane < count) {
+                    Point pt;
+                    PointGrad pg;
+                    const int level = base ? (base + lane) / a.s.points : first_level;
+                    const Level lv = prepare_point(a.loc, a.attn, row, points, base + lane, level,
+                                                   levels, pt, pg);
+                    points_of[lane] = pt;
+                    grads_of[lane] = pg;
+                    scale_x = pg.attn * static_cast<float>(lv.w);
+                    scale_y = pg.attn * static_cast<float>(lv.h);
+                }
+                __syncwarp();
+                for (int j0 = 0; j0 < count; j0 += groups) {
+                    const int j = j0 + group;
+                    float3 d = make_float3(0.f, 0.f, 0.f);
+                    if (j < count && points_of[j].row[0] >= 0)
+                        d = point_gradients<T, VEC, kFixed>(a, points_of[j], grads_of[j], column,
+                                                            row_elements, grad_row, g0, r, scale);
+                    // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
+                    for (int offset = a.layout.lanes_per_row >> 1; offset > 0; offset >>= 1) {
+                        d.x += __shfl_xor_sync(kFullMask, d.x, offset);
+                        d.y += __shfl_xor_sync(kFullMask, d.y, offset);
+                        d.z += __shfl_xor_sync(kFullMask, d.z, offset);
                     }
-                    float v[4][VEC];
-#pragma unroll
-                    for (int q = 0; q < 4; ++q)
-                        load<T, VEC>(a.value + column + c + t.row[q] * M * D, v[q]);
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        float dot = 0.f;
-#pragma unroll
-                        for (int i = 0; i < VEC; ++i)
-                            dot += g[i] * v[q][i];
-                        d_weight += t.weight[q] * dot;
-                        d_x += t.d_dx[q] * dot;
-                        d_y += t.d_dy[q] * dot;
-                        if (t.inside[q])
-                            add_row<kFixed, VEC>(a.acc, column + c + t.row[q] * M * D,
-                                                 pw * t.weight[q], g, scale);
-                    }
+                    if (r == 0 && j < count)
+                        sums_of[j] = make_float4(d.x, d.y, d.z, 0.f);
                 }
-                // Sum the group's lanes (a fixed butterfly: deterministic), then lane 0 writes.
-                for (int offset = a.layout.lanes_per_row >> 1; offset > 0; offset >>= 1) {
-                    d_weight += __shfl_xor_sync(kFullMask, d_weight, offset);
-                    d_x += __shfl_xor_sync(kFullMask, d_x, offset);
-                    d_y += __shfl_xor_sync(kFullMask, d_y, offset);
+                __syncwarp();
+                if (lane < count) {  // each lane writes its own point's gradients: coalesced
+                    const float4 sums = sums_of[lane];
+                    const std::int64_t at = row * points + base + lane;
+                    a.grad_attn[at] = from_float<T>(sums.x);
+                    a.grad_loc[2 * at] = from_float<T>(scale_x * sums.y);
+                    a.grad_loc[2 * at + 1] = from_float<T>(scale_y * sums.z);
                 }
-                if (r == 0 && j < count) {
-                    const std::int64_t at = row * points + k;
-                    a.grad_attn[at] = from_float<T>(d_weight);
-                    a.grad_loc[2 * at] = from_float<T>(pw * d_x * static_cast<float>(lv.w));
-                    a.grad_loc[2 * at + 1] = from_float<T>(pw * d_y * static_cast<float>(lv.h));
-                }
+                __syncwarp();  // the tables are rewritten for the next 32 points
             }
         }
     }
@@ -167,13 +224,12 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
         if (const cudaError_t err = cudaMemsetAsync(a.acc, 0, acc_bytes, stream))
             return err;
     }
-    const size_t smem = sizeof(Level) * static_cast<size_t>(p.levels);
+    const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (rows > 0 && p.channels > 0) {
         if (wide)
-            backward_kernel<T, 16 / sizeof(T), kFixed>
-                <<<blocks_for(rows), kThreads, smem, stream>>>(a);
+            backward_kernel<T, 16 / sizeof(T), kFixed><<<grid_for(p), kThreads, smem, stream>>>(a);
         else
-            backward_kernel<T, 1, kFixed><<<blocks_for(rows), kThreads, smem, stream>>>(a);
+            backward_kernel<T, 1, kFixed><<<grid_for(p), kThreads, smem, stream>>>(a);
     } else if (rows > 0) {
         // D = 0: no channel to read, but every weight and location gradient is still written.
         const size_t loc_bytes = static_cast<size_t>(rows * p.levels * p.points) * sizeof(T);
@@ -220,6 +276,8 @@ cudaError_t backward(const Problem &p, const void *value, const void *sampling_l
                      const BackwardScratch &scratch, cudaStream_t stream) {
     if (scratch.accumulation == Accumulation::direct && p.dtype != Dtype::float32)
         return cudaErrorInvalidValue;  // float atomics need a float32 target
+    if (!fits_int_indexing(p))
+        return cudaErrorInvalidValue;
     const auto run = [&](auto zero) {
         using T = decltype(zero);
         return dispatch<T>(p, value, sampling_locations, attention_weights, grad_output,

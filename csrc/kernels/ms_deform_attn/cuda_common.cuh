@@ -1,16 +1,17 @@
 // csrc/kernels/ms_deform_attn/cuda_common.cuh: pieces shared by the MSDA CUDA forward and backward.
 //
-// Work layout: one warp per (n, q, m) output row. The warp splits into G groups of R lanes; a
-// group works on one sampling point at a time, its R lanes covering VEC channels each, so a value
-// row of D = 32 float32 is 8 lanes x one 16-byte load (a quarter warp), and four points are in
-// flight per warp. Locations and weights of up to 32 points are read once per warp, one point a
-// lane, coalesced, and handed to the groups by shuffles.
+// Work layout: one warp per (n, q, m) output row (`grid_for`). The warp first prepares up to 32
+// sampling points, one per lane (locations and weights read coalesced; level, corners and bilinear
+// weights computed once), into a shared-memory table; then it splits into G groups of R lanes, a
+// group gathering one point at a time, its R lanes covering VEC channels each: a value row of
+// D = 32 float32 is 8 lanes x one 16-byte load (a quarter warp), four points in flight per warp.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ms_deform_attn/ms_deform_attn_cuda.h"
 
@@ -23,8 +24,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 /// A level as the kernels use it; empty (h = w = 0) if spatial_shapes/level_start_index put it
 /// anywhere but inside value's S rows.
 struct Level {
-    std::int64_t start;
-    int h, w;
+    int start, h, w;  ///< ints: the host refuses value_len >= 2^31
 };
 
 /// What the host decides per call: lanes per row (a power of two), channel chunks of R*VEC
@@ -59,7 +59,8 @@ __device__ inline void load_levels(const Shape &s, Level *table) {
         const std::int64_t start = s.level_start_index[l], room = s.value_len - start;
         const bool fits = h > 0 && w > 0 && h <= INT32_MAX && w <= INT32_MAX && start >= 0 &&
                           room >= 0 && h <= room / w;
-        table[l] = fits ? Level{start, static_cast<int>(h), static_cast<int>(w)} : Level{0, 0, 0};
+        table[l] = fits ? Level{static_cast<int>(start), static_cast<int>(h), static_cast<int>(w)}
+                         : Level{0, 0, 0};
     }
 }
 
@@ -116,65 +117,118 @@ __device__ inline void store(T *p, const float (&in)[VEC]) {
     }
 }
 
-/// The four bilinear corners of one point in a level, grid_sample(align_corners=False, zeros):
-/// pixel coordinate loc*size-0.5; x = -1 is kept as grid_sample keeps it (its in-map corner has
-/// weight 0 but a non-zero derivative). Corners outside the map get weight 0, derivative 0, and
-/// an address clamped into the map, so the forward can load all four without branches (the
-/// clamped row is a neighbour's, already in cache).
-struct Taps {
-    bool any;                 ///< false: the point touches no corner
-    bool inside[4];
-    std::int64_t row[4];      ///< row of value's S dimension
-    float weight[4], d_dx[4], d_dy[4];
+/// `base` moved forward by `row` rows of `row_bytes` bytes. Unsigned 32-bit operands make it one
+/// wide multiply-add (IMAD.WIDE.U32); with 64-bit arithmetic the four corner addresses took long
+/// enough that ptxas started using the first corner's row before issuing the other loads.
+template <typename P>
+__device__ inline P *row_at(P *base, int row, unsigned row_bytes) {
+    using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+    return reinterpret_cast<P *>(reinterpret_cast<Byte *>(base) +
+                                 static_cast<std::uint64_t>(static_cast<unsigned>(row)) * row_bytes);
+}
+
+/// One sampling point as the gather loops read it. One lane computes it (coordinates, level,
+/// corners) and hands it to the R lanes that read its value rows through shared memory, so the
+/// per-point arithmetic runs once per point instead of once per lane of the group.
+struct alignas(16) Point {
+    int row[4];       ///< value rows (index into S) of the corners; row[0] < 0: no corner touched
+    float weight[4];  ///< bilinear weights, 0 for corners outside the map
 };
 
-template <bool kDerivatives>
-__device__ inline Taps taps_of(float loc_x, float loc_y, const Level &lv) {
-    Taps t;
+/// What the backward needs of a point beyond `Point`: the bilinear fractions (for the location
+/// derivative), the attention weight and which corners lie inside the map.
+struct alignas(16) PointGrad {
+    float fx, fy, attn;
+    unsigned inside;  ///< bit k: corner k lies inside the map
+};
+
+/// The corners (x0,y0), (x0+1,y0), (x0,y0+1), (x0+1,y0+1) of one point in a level,
+/// grid_sample(align_corners=False, zeros): pixel coordinate loc*size-0.5; x = -1 is kept as
+/// grid_sample keeps it (its in-map corner has weight 0 but a non-zero derivative). Corners outside
+/// the map get weight 0, derivative 0, and a row clamped into the map, so a gather can load all
+/// four without branches (the clamped row is a neighbour's, already in cache). Rows fit an int:
+/// the host refuses value_len >= 2^31.
+__device__ inline void corners_of(float loc_x, float loc_y, const Level &lv, Point &pt,
+                                  PointGrad &pg) {
     const float x = loc_x * static_cast<float>(lv.w) - 0.5f;
     const float y = loc_y * static_cast<float>(lv.h) - 0.5f;
     // Written so that NaN fails it too. An empty level (w = h = 0) needs its own test: x = -0.5
     // passes x < w there, and its clamped corner rows would lie before the level.
-    t.any = lv.w > 0 && lv.h > 0 && x >= -1.f && y >= -1.f && x < static_cast<float>(lv.w) &&
-            y < static_cast<float>(lv.h);
-    if (!t.any)
-        return t;
+    const bool any = lv.w > 0 && lv.h > 0 && x >= -1.f && y >= -1.f &&
+                     x < static_cast<float>(lv.w) && y < static_cast<float>(lv.h);
+    if (!any) {
+        pt = Point{{-1, 0, 0, 0}, {0.f, 0.f, 0.f, 0.f}};
+        pg = PointGrad{0.f, 0.f, 0.f, 0u};
+        return;
+    }
     const float x0f = floorf(x), y0f = floorf(y);
     const int x0 = static_cast<int>(x0f), y0 = static_cast<int>(y0f);
     const float fx = x - x0f, fy = y - y0f, gx = 1.f - fx, gy = 1.f - fy;
     const float weight[4] = {gy * gx, gy * fx, fy * gx, fy * fx};
-    const float d_dx[4] = {-gy, gy, -fy, fy}, d_dy[4] = {-gx, -fx, gx, fx};
     const bool x_in[2] = {x0 >= 0, x0 + 1 < lv.w}, y_in[2] = {y0 >= 0, y0 + 1 < lv.h};
     const int xs[2] = {max(x0, 0), min(x0 + 1, lv.w - 1)};
     const int ys[2] = {max(y0, 0), min(y0 + 1, lv.h - 1)};
+    unsigned inside = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int i = k & 1, j = k >> 1;
-        t.inside[k] = x_in[i] && y_in[j];
-        t.row[k] = lv.start + static_cast<std::int64_t>(ys[j]) * lv.w + xs[i];
-        t.weight[k] = t.inside[k] ? weight[k] : 0.f;
-        if constexpr (kDerivatives) {
-            t.d_dx[k] = t.inside[k] ? d_dx[k] : 0.f;
-            t.d_dy[k] = t.inside[k] ? d_dy[k] : 0.f;
-        }
+        const bool in = x_in[i] && y_in[j];
+        inside |= static_cast<unsigned>(in) << k;
+        pt.row[k] = lv.start + ys[j] * lv.w + xs[i];  // < value_len: no overflow
+        pt.weight[k] = in ? weight[k] : 0.f;
     }
-    return t;
+    pg = PointGrad{fx, fy, 0.f, inside};
 }
 
-/// The sampling points of one warp row, 32 at a time: lane i holds point base+i.
-template <typename T>
-struct PointBatch {
-    float x = 0.f, y = 0.f, weight = 0.f;
-
-    __device__ PointBatch(const T *loc, const T *attn, int base, int count) {
-        const int k = base + static_cast<int>(threadIdx.x & 31);
-        if (k < count) {
-            x = to_float(loc[2 * k]);
-            y = to_float(loc[2 * k + 1]);
-            weight = to_float(attn[k]);
-        }
+/// The grid: blockIdx.y runs over (n, m), blockIdx.x over tiles of kWarpsPerBlock consecutive
+/// queries, a warp per query (grid-stride loops cover what the grid limits leave out). No
+/// division per row, and the blocks running side by side sample neighbouring queries of one head,
+/// whose points share value rows (an encoder's queries are pixels).
+struct Head {
+    std::int64_t n, m;
+    __device__ Head(std::int64_t nm, std::int64_t heads) : n(nm / heads), m(nm - n * heads) {}
+    /// Index of (n, q, m) in locations, weights and output.
+    __device__ std::int64_t row(std::int64_t q, const Shape &s) const {
+        return (n * s.queries + q) * s.heads + m;
     }
 };
+
+/// The kernels keep corner rows (< value_len) in ints and a row's stride in bytes (M*D elements of
+/// up to 8 bytes: the backward's fixed-point accumulator) in 32 bits.
+inline bool fits_int_indexing(const Problem &p) {
+    return p.value_len <= INT32_MAX && p.heads * p.channels <= (std::int64_t{1} << 29);
+}
+
+inline dim3 grid_for(const Problem &p) {
+    const std::int64_t tiles = (p.queries + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    const std::int64_t heads = p.batch * p.heads;
+    return dim3(static_cast<unsigned>(tiles < INT32_MAX ? tiles : INT32_MAX),
+                static_cast<unsigned>(heads < 65535 ? heads : 65535));
+}
+
+/// Point k (in `level`) of output row `row`: its location and attention weight (lanes read
+/// consecutive points: coalesced) and corners. Returns the level (the backward scales by its size).
+template <typename T>
+__device__ inline Level prepare_point(const T *loc, const T *attn, std::int64_t row, int points,
+                                      int k, int level, const Level *levels, Point &pt,
+                                      PointGrad &pg) {
+    const std::int64_t at = row * points + k;
+    const Level lv = levels[level];
+    corners_of(to_float(loc[2 * at]), to_float(loc[2 * at + 1]), lv, pt, pg);
+    pg.attn = to_float(attn[at]);
+    return lv;
+}
+
+/// Per-warp tables of 32 entries of each type, for a whole block; the level table follows them.
+template <typename... Tables>
+__host__ __device__ constexpr size_t warp_tables_bytes() {
+    return (size_t{0} + ... + sizeof(Tables)) * 32 * kWarpsPerBlock;
+}
+
+/// The level table after the warp tables (which keep it 16-byte aligned).
+__device__ inline Level *level_table(unsigned char *smem, size_t tables_bytes) {
+    return reinterpret_cast<Level *>(smem + tables_bytes);
+}
 
 inline int blocks_for(std::int64_t warps) {
     const std::int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
