@@ -6,12 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from turbo_physai.ops import ms_deform_attn  # noqa: E402
+from turbo_physai.ops import frontends, ms_deform_attn  # noqa: E402
 from turbo_physai.ops.frontends import (  # noqa: E402
     MultiScaleDeformableAttention,
     ms_deform_attn_backward,
     ms_deform_attn_forward,
     transformers_forward,
+    transformers_function,
+    transformers_function_v2,
 )
 
 
@@ -71,6 +73,81 @@ def test_module_with_transformers_signature():
     shapes_list = [tuple(s) for s in shapes.tolist()]
     out = MultiScaleDeformableAttention()(value, shapes, shapes_list, starts, loc, attn, 64)
     assert torch.equal(out, ms_deform_attn(value, shapes, starts, loc, attn))
+
+
+# --- transformers' module-level functions: the (H, W) list becomes cached tensors ---------------
+
+@pytest.fixture
+def levels_cache(monkeypatch):
+    cache = {}
+    monkeypatch.setattr(frontends, "_LEVELS", cache)
+    return cache
+
+
+def test_transformers_function_with_a_list_reuses_its_tensors(levels_cache):
+    value, shapes, starts, loc, attn = _inputs()
+    as_list = [tuple(s) for s in shapes.tolist()]
+    expected = ms_deform_attn(value, shapes, starts, loc, attn)
+    assert torch.equal(transformers_function(value, as_list, loc, attn), expected)
+    assert torch.equal(transformers_function(value, shapes, loc, attn), expected)
+    (cached,) = levels_cache.values()
+    assert torch.equal(cached[0], shapes) and torch.equal(cached[1], starts)
+    assert torch.equal(transformers_function(value, [list(s) for s in as_list], loc, attn),
+                       expected)
+    assert len(levels_cache) == 1 and next(iter(levels_cache.values())) is cached
+    n, lq, m, levels, p, _ = loc.shape
+    v2 = transformers_function_v2(value, as_list, loc.flatten(3, 4), attn.flatten(3, 4),
+                                  [p] * levels)
+    assert torch.equal(v2, expected) and len(levels_cache) == 1
+
+
+def test_levels_cache_is_bounded_and_evicts_the_oldest(levels_cache):
+    device = torch.device("cpu")
+    for h in range(1, frontends._LEVELS_MAX + 5):
+        shapes, starts = frontends._levels([(h, 2), (1, 1)], device)
+        assert shapes.tolist() == [[h, 2], [1, 1]] and starts.tolist() == [0, 2 * h]
+    assert len(levels_cache) == frontends._LEVELS_MAX
+    assert next(iter(levels_cache))[0] == ((5, 2), (1, 1))
+
+
+def test_levels_cache_keeps_only_python_int_keys(levels_cache):
+    shapes, starts = frontends._levels([(torch.tensor(3), torch.tensor(2))], torch.device("cpu"))
+    assert shapes.tolist() == [[3, 2]] and starts.tolist() == [0]
+    assert not levels_cache
+
+
+def test_levels_cached_under_inference_mode_serve_autograd_later(levels_cache):
+    value, shapes, _, loc, attn = _inputs()
+    as_list = [tuple(s) for s in shapes.tolist()]
+    with torch.inference_mode():
+        transformers_function(value, as_list, loc, attn)
+    leaf = value.clone().requires_grad_()
+    transformers_function(leaf, as_list, loc, attn).sum().backward()
+    assert leaf.grad is not None
+
+
+def test_no_levels_are_cached_while_compiling(levels_cache):
+    value, shapes, _, loc, attn = _inputs()
+    as_list = [tuple(s) for s in shapes.tolist()]
+
+    def f(value, loc, attn):
+        return transformers_function(value, as_list, loc, attn)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    out = compiled(value, loc, attn)
+    assert not levels_cache
+    assert torch.equal(out, f(value, loc, attn))
+
+
+def test_capture_builds_levels_with_fill_kernels():
+    # What runs under CUDA-graph capture (no host copy, no cache), checked here on the CPU.
+    device = torch.device("cpu")
+    for shapes in ([(5, 4), (2, 3), (1, 1)], [(7, 1)], []):
+        filled = frontends._fill_levels(shapes, device)
+        built = frontends._build_levels(shapes, device) if shapes else (
+            torch.empty(0, 2, dtype=torch.int64), torch.empty(0, dtype=torch.int64))
+        for got, want in zip(filled, built, strict=True):
+            assert got.dtype == torch.int64 and torch.equal(got, want)
 
 
 # --- transformers models, tiny random-init configs, float64 ------------------------------------

@@ -285,22 +285,73 @@ BAD = {
                 ValueError, ["sampling_locations", "device cpu", "meta"]),
     "not a tensor": (lambda a: a.update(spatial_shapes=[[6, 5], [3, 4]]), TypeError,
                      ["spatial_shapes", "torch.Tensor", "list"]),
+    "value not a tensor": (lambda a: a.update(value=a["value"].tolist()), TypeError,
+                           ["value", "torch.Tensor", "list"]),
+    "locations rank": (lambda a: a.update(sampling_locations=a["sampling_locations"][0]),
+                       ValueError, ["sampling_locations", "6-d", "(5, 2, 2, 3, 2)"]),
+    "weights rank": (lambda a: a.update(attention_weights=a["attention_weights"][0]),
+                     ValueError, ["attention_weights", "5-d", "(5, 2, 2, 3)"]),
+    "shapes columns": (lambda a: a.update(spatial_shapes=torch.ones(2, 3, dtype=torch.int64)),
+                       ValueError, ["spatial_shapes", "(2, 2)", "(2, 3)"]),
+    "negative size": (lambda a: a.update(spatial_shapes=torch.tensor([[-6, 5], [3, 4]])),
+                      ValueError, ["spatial_shapes", "-6"]),
+    "bool starts": (lambda a: a.update(level_start_index=a["level_start_index"].bool()),
+                    TypeError, ["level_start_index", "integer", "torch.bool"]),
+    "value on meta": (lambda a: a.update(value=a["value"].to("meta")), ValueError,
+                      ["spatial_shapes", "device meta", "cpu"]),
+    "float16 mixed": (lambda a: a.update(value=a["value"].half()), TypeError,
+                      ["sampling_locations", "torch.float16", "torch.float64"]),
 }
 
 
-@pytest.mark.parametrize("impl", [ms_deform_attn, ms_deform_attn_reference],
-                         ids=["op", "reference"])
-@pytest.mark.parametrize("case", BAD)
-def test_bad_inputs_name_tensor_expected_and_actual(case, impl):
-    edit, error, fragments = BAD[case]
+class _Passthrough(torch.overrides.TorchFunctionMode):
+    """Any active mode sends ms_deform_attn through the custom op (its Python checks)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _with_grad(**kwargs):
+    # Floating inputs that require grad take the fast path's autograd.Function.
+    return ms_deform_attn(**{k: v.detach().requires_grad_()
+                             if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                             for k, v in kwargs.items()})
+
+
+def _through_op(**kwargs):
+    with _Passthrough():
+        return ms_deform_attn(**kwargs)
+
+
+PATHS = {"fast": ms_deform_attn, "fast_grad": _with_grad, "op": _through_op,
+         "reference": ms_deform_attn_reference}
+
+
+def _error(impl, case):
+    edit, error, _ = BAD[case]
     names = ("value", "spatial_shapes", "level_start_index", "sampling_locations",
              "attention_weights")
     kwargs = dict(zip(names, make(), strict=True))
     edit(kwargs)
     with pytest.raises(error) as info:
         impl(**kwargs)
-    for fragment in fragments:
-        assert fragment in str(info.value), (fragment, str(info.value))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", BAD)
+def test_bad_inputs_name_tensor_expected_and_actual(case, path):
+    message = _error(PATHS[path], case)
+    for fragment in BAD[case][2]:
+        assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize("case", [c for c in BAD if c != "integer value"])
+def test_fast_path_and_op_raise_the_same_message(case):
+    # The binding's checks (fast path) word their messages as the Python checks (op path) do.
+    # Not "integer value": the binding names the dtypes its CPU kernel itself takes.
+    fast = _error(ms_deform_attn, case)
+    assert fast == _error(_with_grad, case) == _error(_through_op, case)
 
 
 def test_registered_on_the_kernel_registry_slot():

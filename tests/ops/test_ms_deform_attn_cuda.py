@@ -12,11 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tpa_msda_cases import CASES as BASE_CASES  # noqa: E402
-from tpa_msda_cases import LEVELS_5, make_inputs  # noqa: E402
+from tpa_msda_cases import LEVELS_5, RecordOps, make_inputs, spy_paths  # noqa: E402
 
 from turbo_physai import _core, kernels  # noqa: E402
-from turbo_physai.ops import ms_deform_attn  # noqa: E402
-from turbo_physai.ops.ms_deform_attn import _backward_op  # noqa: E402
+from turbo_physai.ops import frontends, ms_deform_attn  # noqa: E402
 from turbo_physai.testing import check_conformance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -45,12 +44,26 @@ def cpu64(args):
     return [t.cpu().double() if t.is_floating_point() else t.cpu() for t in args]
 
 
-def grads(args, seed=1):
-    value, shapes, starts, loc, attn = [t.detach().clone() for t in args]
-    leaves = [t.requires_grad_() for t in (value, loc, attn)]
-    out = ms_deform_attn(value, shapes, starts, loc, attn)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return out.detach(), torch.autograd.grad(out, leaves, g.to(out))
+#: The two ways into the kernels: the public function (eager fast path: the kernels called
+#: directly, its own autograd.Function) and the custom op (dispatcher, registered autograd).
+PATHS = {"fast": ms_deform_attn, "op": torch.ops.turbo_physai.ms_deform_attn}
+
+
+def forward_backward(path, args, grad_output):
+    """The output and the value, location and weight gradients through PATHS[path]; the leaves
+    share storage with args (a CUDA-graph replay sees new data copied into args)."""
+    value, shapes, starts, loc, attn = args
+    leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
+    out = PATHS[path](leaves[0], shapes, starts, leaves[1], leaves[2])
+    return out, torch.autograd.grad(out, leaves, grad_output)
+
+
+def grads(args, seed=1, path="fast"):
+    args = [t.detach().clone() for t in args]
+    shape = (args[0].shape[0], args[3].shape[1], args[0].shape[2] * args[0].shape[3])
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    out, g_inputs = forward_backward(path, args, g.to(args[0]))
+    return out.detach(), g_inputs
 
 
 def close(mine, ref, tol):
@@ -58,17 +71,36 @@ def close(mine, ref, tol):
     torch.testing.assert_close(mine.cpu().double(), ref, rtol=tol, atol=tol * max(1.0, scale))
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
 @pytest.mark.parametrize("case", list(CASES))
-def test_forward_and_gradients_match_float64(case, dtype):
+def test_forward_and_gradients_match_float64(case, dtype, path):
     args = make(dtype=dtype, **CASES[case])
-    out, (g_value, g_loc, g_attn) = grads(args)
+    out, (g_value, g_loc, g_attn) = grads(args, path=path)
     ref_out, (r_value, r_loc, r_attn) = grads(cpu64(args))
     torch.testing.assert_close(out.cpu().double(), ref_out, rtol=OUT_TOL[dtype],
                                atol=OUT_TOL[dtype])
     for mine, ref in ((g_value, r_value), (g_loc, r_loc), (g_attn, r_attn)):
         assert mine.dtype == dtype and mine.is_cuda
         close(mine, ref, GRAD_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
+def test_each_path_is_taken_and_both_agree_bit_for_bit(dtype, monkeypatch):
+    args = make(dtype=dtype, d=32)
+    counts = spy_paths(monkeypatch)
+    fast = ms_deform_attn(*args)
+    with RecordOps() as record:
+        op = ms_deform_attn(*args)
+    assert counts == {"fast": 1, "op": 1} and "turbo_physai.ms_deform_attn.default" in record.names
+    assert torch.equal(fast, op)  # the forward is deterministic; the backward below is made so
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [grads(args, path=path)[1] for path in PATHS]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_every_output_element_is_written():
@@ -111,13 +143,14 @@ def test_bad_level_metadata_reads_no_memory_outside_value():
     torch.testing.assert_close(out, good)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
-def test_deterministic_backward_is_bit_identical_and_accurate(dtype):
+def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path):
     args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4, dtype=dtype)
     _, (r_value, r_loc, r_attn) = grads(cpu64(args))
     torch.use_deterministic_algorithms(True)
     try:
-        runs = [grads(args)[1] for _ in range(3)]
+        runs = [grads(args, path=path)[1] for _ in range(3)]
     finally:
         torch.use_deterministic_algorithms(False)
     for run in runs[1:]:
@@ -127,16 +160,16 @@ def test_deterministic_backward_is_bit_identical_and_accurate(dtype):
         close(mine, ref, GRAD_TOL[dtype])
 
 
-def test_runs_on_the_callers_stream():
+@pytest.mark.parametrize("path", PATHS)
+def test_runs_on_the_callers_stream(path):
     args = make(d=32)
     g = torch.randn(2, 5, 64, device="cuda")
-    expected, expected_grads = ms_deform_attn(*args), _backward_op(g, *args)
+    expected, expected_grads = forward_backward(path, args, g)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # nothing in here may copy from the host (that would block)
         torch.cuda._sleep(50_000_000)  # keeps `side` busy: a kernel queued behind it waits
-        out = ms_deform_attn(*args)
-        grads_ = _backward_op(g, *args)
+        out, grads_ = forward_backward(path, args, g)
     assert not side.query()
     side.synchronize()
     torch.testing.assert_close(out, expected)
@@ -144,29 +177,52 @@ def test_runs_on_the_callers_stream():
         torch.testing.assert_close(mine, ref)
 
 
-def test_cuda_graph_capture_and_replay():
+@pytest.mark.parametrize("path", PATHS)
+def test_cuda_graph_capture_and_replay(path):
     args = make(d=32)
     value, shapes, starts, loc, attn = args
     g = torch.randn(2, 5, 64, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside capture, as torch asks
-        ms_deform_attn(*args)
-        _backward_op(g, *args)
+        forward_backward(path, args, g)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = ms_deform_attn(*args)
-        grads_ = _backward_op(g, *args)
+        out, grads_ = forward_backward(path, args, g)
     for seed in (3, 4):
         fresh = make(d=32, seed=seed)
         for dst, src in zip((value, loc, attn), (fresh[0], fresh[3], fresh[4]), strict=True):
             dst.copy_(src)
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(out, ms_deform_attn(*args))
-        for mine, ref in zip(grads_, _backward_op(g, *args), strict=True):
+        expected, expected_grads = forward_backward(path, args, g)
+        torch.testing.assert_close(out, expected)
+        for mine, ref in zip(grads_, expected_grads, strict=True):
             torch.testing.assert_close(mine, ref)
+
+
+def test_transformers_function_with_a_shape_list_under_graph_capture(monkeypatch):
+    # Under capture the (H, W) list becomes tensors through fill kernels, never the cache (a
+    # host copy would break the capture; a cached tensor could be freed before a replay).
+    cache = {}
+    monkeypatch.setattr(frontends, "_LEVELS", cache)
+    value, shapes, starts, loc, attn = make(d=32)
+    as_list = [tuple(s) for s in shapes.tolist()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        frontends.transformers_function(value, as_list, loc, attn)
+    torch.cuda.current_stream().wait_stream(side)
+    cache.clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = frontends.transformers_function(value, as_list, loc, attn)
+    assert not cache
+    value.copy_(make(d=32, seed=5)[0])
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, ms_deform_attn(value, shapes, starts, loc, attn))
 
 
 def test_torch_compile_fullgraph():

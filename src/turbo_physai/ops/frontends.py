@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -81,8 +83,8 @@ def transformers_forward(self, value, value_spatial_shapes, value_spatial_shapes
 
 def transformers_function(value, value_spatial_shapes, sampling_locations, attention_weights):
     """transformers' ``multi_scale_deformable_attention`` (Mask2Former, OneFormer), on our op."""
-    shapes = _shapes_tensor(value_spatial_shapes, value.device)
-    return _msda(value, shapes, _level_starts(shapes), sampling_locations, attention_weights)
+    shapes, starts = _levels(value_spatial_shapes, value.device)
+    return _msda(value, shapes, starts, sampling_locations, attention_weights)
 
 
 def transformers_function_v2(value, value_spatial_shapes, sampling_locations, attention_weights,
@@ -91,12 +93,12 @@ def transformers_function_v2(value, value_spatial_shapes, sampling_locations, at
     accepts: locations ``(N, Lq, M, L*P, 2)`` and weights ``(N, Lq, M, L*P)`` are views of the
     op's ``(..., L, P, ...)`` layout."""
     del method  # "default" (v2_supported): bilinear sampling, the op's own
-    shapes = _shapes_tensor(value_spatial_shapes, value.device)
+    shapes, starts = _levels(value_spatial_shapes, value.device)
     n, lq, m, _, _ = sampling_locations.shape
     levels, points = len(num_points_list), num_points_list[0]
     loc = sampling_locations.reshape(n, lq, m, levels, points, 2)
     weights = attention_weights.reshape(n, lq, m, levels, points)
-    return _msda(value, shapes, _level_starts(shapes), loc, weights)
+    return _msda(value, shapes, starts, loc, weights)
 
 
 def v2_supported(value, value_spatial_shapes, sampling_locations, attention_weights,
@@ -108,12 +110,56 @@ def v2_supported(value, value_spatial_shapes, sampling_locations, attention_weig
     return method == "default" and len(set(num_points_list)) == 1
 
 
-def _shapes_tensor(shapes, device):
-    # Models hand in the Python list of (H, W) they also keep for splitting; the op wants a
-    # tensor. .to() returns an int64 tensor already on the device as it is (no copy).
+#: (tuple of (H, W), device) -> (spatial_shapes, level_start_index), oldest evicted first. A model
+#: calls with a handful of shape lists (one per feature pyramid); building them on every call
+#: costs two small tensors and, on CUDA, a synchronizing copy from pageable host memory.
+_LEVELS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+_LEVELS_MAX = 16
+
+
+def _levels(shapes, device):
+    """(spatial_shapes, level_start_index) on ``device`` from the shapes tensor or the Python
+    list of (H, W) models hand in (they keep the list for splitting; the op wants tensors)."""
     if isinstance(shapes, torch.Tensor):
-        return shapes.to(device=device, dtype=torch.int64)
-    return torch.as_tensor([tuple(s) for s in shapes], dtype=torch.int64, device=device)
+        # .to() returns an int64 tensor already on the device as it is (no copy).
+        shapes = shapes.to(device=device, dtype=torch.int64)
+        return shapes, _level_starts(shapes)
+    if torch.compiler.is_compiling():  # traced into the graph: there is nothing to reuse
+        return _build_levels(shapes, device)
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return _fill_levels(shapes, device)
+    key = (tuple(map(tuple, shapes)), device)
+    levels = _LEVELS.get(key)
+    if levels is None:
+        # Outside inference mode: an inference tensor could not be saved for a later backward.
+        with torch.inference_mode(False):
+            levels = _build_levels(shapes, device)
+        # Only keys of Python ints are kept (ints hash and compare by value; a tensor entry
+        # would hash by identity, and comparing CUDA ones would synchronize).
+        if all(type(x) is int for hw in key[0] for x in hw):
+            if len(_LEVELS) >= _LEVELS_MAX:
+                # The oldest; None: another thread may have evicted it first.
+                _LEVELS.pop(next(iter(_LEVELS)), None)
+            _LEVELS[key] = levels
+    return levels
+
+
+def _build_levels(shapes, device):
+    shapes = torch.as_tensor([tuple(s) for s in shapes], dtype=torch.int64, device=device)
+    return shapes, _level_starts(shapes)
+
+
+def _fill_levels(shapes, device):
+    # Under CUDA-graph capture a host-to-device copy is not allowed (it synchronizes), and a
+    # cached tensor would be read by every replay after the cache may have freed it. Fill
+    # kernels carry each value as a kernel argument, in memory of the graph's own pool.
+    sizes = [int(x) for hw in shapes for x in hw]
+    areas = [h * w for h, w in zip(sizes[::2], sizes[1::2], strict=True)]
+    values = sizes + list(itertools.accumulate(areas, initial=0))[:-1]
+    flat = torch.empty(len(values), dtype=torch.int64, device=device)
+    for i, v in enumerate(values):
+        flat[i].fill_(v)
+    return flat[:len(sizes)].view(-1, 2), flat[len(sizes):]
 
 
 def _level_starts(shapes):

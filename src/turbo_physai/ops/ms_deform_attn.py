@@ -5,16 +5,30 @@ Layouts: value ``(N, S, M, D)``, spatial_shapes ``(L, 2)`` integer ``(H, W)``, l
 attention_weights ``(N, Lq, M, L, P)``; the result is ``(N, Lq, M*D)``. Sampling is bilinear at
 ``loc * size - 0.5`` with zero padding, exactly ``grid_sample(align_corners=False)``.
 
-Two ``torch.library`` custom ops carry it: ``turbo_physai::ms_deform_attn`` and
+Two ``torch.library`` custom ops represent it: ``turbo_physai::ms_deform_attn`` and
 ``turbo_physai::ms_deform_attn_backward``, each with a fake (shape-only) implementation, the first
 with autograd through the second, so both stay whole inside ``torch.compile`` and
-``torch.export`` graphs. The CPU kernel is C++ (``csrc/kernels/ms_deform_attn``); on CUDA builds
-the CUDA kernels (same folder, ``*.cu``) are registered on the same ops for ``cuda`` tensors and run
-on the current stream, allocating only through torch (CUDA-graph capture safe).
+``torch.export`` graphs and work with fake tensors, modes and ``torch.jit.trace``. The CPU kernel
+is C++ (``csrc/kernels/ms_deform_attn``); on CUDA builds the CUDA kernels (same folder, ``*.cu``)
+are registered on the same ops for ``cuda`` tensors and run on the current stream, allocating
+only through torch (CUDA-graph capture safe).
 
-Dtypes: on the CPU float32 and float64 run natively; float16 and bfloat16 are converted to float32
-here, in Python, computed in float32 and the results cast back. On CUDA float32, float16 and
-bfloat16 run natively with float32 accumulation (float64 is CPU only).
+Two ways in: :func:`ms_deform_attn` calls the custom op only where something needs the dispatcher
+(see :func:`turbo_physai.ops._eager.dispatcher_needed`; also tensor subclasses and tensors on
+other devices than CPU/CUDA). In plain eager execution it takes a fast path instead: the kernel
+functions of ``_msda_kernels`` (the very ones registered on the ops) are called directly, through a
+``torch.autograd.Function`` when a gradient is needed (not twice differentiable, like the op), and
+the binding checks the inputs with the Python checks' messages. Both ways give the same bits; the
+fast one skips torch's custom-op machinery, most of a small call's host time (BENCHMARKS.md).
+Under the autograd profiler the fast path records ``turbo_physai::ms_deform_attn`` (and
+``..._backward``), as the op would. ``torch.func.grad`` and its kin are not supported (the custom
+op's autograd cannot run under them) and raise NotImplementedError; ``vmap`` runs the op per
+batch entry.
+
+Dtypes: on the CPU float32 and float64 run natively; float16 and bfloat16 are checked and
+converted to float32 in Python (``_msda_kernels``), computed in float32 and the results cast
+back. On CUDA float32, float16 and bfloat16 run natively with float32 accumulation (float64 is
+CPU only).
 
 Determinism: the CPU backward is always bit-identical run after run and for any thread count, with
 or without ``torch.use_deterministic_algorithms`` (each gradient element has one owning thread).
@@ -28,61 +42,41 @@ On CUDA the level metadata (``spatial_shapes``, ``level_start_index``) is not re
 
 Kernel registry: slot ``ms_deform_attn`` has the ``grid_sample`` formulation
 (:func:`turbo_physai.kernels.reference.ms_deform_attn`) as its reference; :func:`register_kernels`
-adds this op as the built-in ``cpp`` implementation for CPU tensors.
+adds :func:`ms_deform_attn` as the built-in ``cpp`` implementation for CPU tensors and ``cuda`` for
+CUDA tensors.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from turbo_physai import _core
 from turbo_physai.kernels.reference import check_ms_deform_attn as check_inputs
 from turbo_physai.kernels.reference import ms_deform_attn as ms_deform_attn_reference
-from turbo_physai.ops._dlpack import capsules
+from turbo_physai.ops._eager import dispatcher_needed, profiled
+from turbo_physai.ops._msda_kernels import (
+    backward_cpu,
+    backward_cuda,
+    check_grad_output,
+    forward_cpu,
+    forward_cuda,
+)
 
 __all__ = ["SLOT", "ms_deform_attn", "ms_deform_attn_reference", "register_kernels"]
 
 SLOT = "ms_deform_attn"
+_OP = "turbo_physai::ms_deform_attn"
+_BACKWARD_OP = "turbo_physai::ms_deform_attn_backward"
+_Tensor = torch.Tensor
 
-_HAS_CUDA_KERNELS = hasattr(_core, "ms_deform_attn_forward_cuda")
+# --- the custom ops: graphs, fake tensors, modes and transforms -------------------------------
 
-
-def _check_grad_output(grad_output, value, sampling_locations):
-    n, _, m, d = value.shape
-    expected = (n, sampling_locations.shape[1], m * d)
-    if tuple(grad_output.shape) != expected:
-        raise ValueError(f"grad_output: expected shape {expected} (N, Lq, M*D), "
-                         f"got {tuple(grad_output.shape)}")
-    if grad_output.dtype != value.dtype:
-        raise TypeError(f"grad_output: expected dtype {value.dtype} (the dtype of value), "
-                        f"got {grad_output.dtype}")
-
-
-def _dense_channels(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # The kernel vectorizes over the last dimension and needs it at stride 1; any other stride is
-    # read as is. detach(): DLPack refuses tensors that require grad.
-    t = t.detach().to(dtype)
-    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype not in (torch.float16, torch.bfloat16) else torch.float32
-
-
-@torch.library.custom_op("turbo_physai::ms_deform_attn", mutates_args=(), device_types="cpu")
-def _forward_op(value: torch.Tensor, spatial_shapes: torch.Tensor,
-                level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
-                attention_weights: torch.Tensor) -> torch.Tensor:
-    n, _, m, d = value.shape
-    lq = sampling_locations.shape[1]
-    dtype = _compute_dtype(value.dtype)
-    out = torch.empty((n, lq, m, d), dtype=dtype, device=value.device)
-    _core.ms_deform_attn_forward(
-        *capsules(_dense_channels(value, dtype), spatial_shapes.detach(),
-                  level_start_index.detach(), sampling_locations.detach().to(dtype),
-                  attention_weights.detach().to(dtype), out),
-        torch.get_num_threads())
-    return out.view(n, lq, m * d).to(value.dtype)
+_forward_op = torch.library.custom_op(_OP, forward_cpu, mutates_args=(), device_types="cpu")
+_forward_op.register_kernel("cuda", forward_cuda)
+_backward_op = torch.library.custom_op(_BACKWARD_OP, backward_cpu, mutates_args=(),
+                                       device_types="cpu")
+_backward_op.register_kernel("cuda", backward_cuda)
 
 
 @_forward_op.register_fake
@@ -93,110 +87,71 @@ def _forward_fake(value, spatial_shapes, level_start_index, sampling_locations,
     return value.new_empty((n, sampling_locations.shape[1], m * d))
 
 
-@torch.library.custom_op("turbo_physai::ms_deform_attn_backward", mutates_args=(),
-                         device_types="cpu")
-def _backward_op(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
-                 level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
-                 attention_weights: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_grad_output(grad_output, value, sampling_locations)
-    n, _, m, d = value.shape
-    lq = sampling_locations.shape[1]
-    dtype = _compute_dtype(value.dtype)
-    grads = tuple(torch.empty(t.shape, dtype=dtype, device=t.device)
-                  for t in (value, sampling_locations, attention_weights))
-    _core.ms_deform_attn_backward(
-        *capsules(_dense_channels(value, dtype), spatial_shapes.detach(),
-                  level_start_index.detach(), sampling_locations.detach().to(dtype),
-                  attention_weights.detach().to(dtype),
-                  _dense_channels(grad_output.reshape(n, lq, m, d), dtype), *grads),
-        torch.get_num_threads())
-    return tuple(g.to(value.dtype) for g in grads)
-
-
 @_backward_op.register_fake
 def _backward_fake(grad_output, value, spatial_shapes, level_start_index, sampling_locations,
                    attention_weights):
-    _check_grad_output(grad_output, value, sampling_locations)
+    check_grad_output(grad_output, value, sampling_locations)
     return (value.new_empty(value.shape), sampling_locations.new_empty(sampling_locations.shape),
             attention_weights.new_empty(attention_weights.shape))
-
-
-def _cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                 attention_weights):
-    # The CUDA kernels read dense arrays (16-byte loads of channel rows); contiguous() is free
-    # for the usual callers, whose tensors already are.
-    return (value.detach().contiguous(), spatial_shapes.detach().to(torch.int64).contiguous(),
-            level_start_index.detach().to(torch.int64).contiguous(),
-            sampling_locations.detach().contiguous(), attention_weights.detach().contiguous())
-
-
-def _stream(t: torch.Tensor) -> int:
-    # The raw handle of the current stream, without building a torch.cuda.Stream object (the
-    # call inductor's generated code makes): host time is most of a small call's cost.
-    return torch._C._cuda_getCurrentRawStream(t.device.index)
-
-
-@_forward_op.register_kernel("cuda")
-def _forward_cuda(value, spatial_shapes, level_start_index, sampling_locations,
-                  attention_weights):
-    n, _, m, d = value.shape
-    lq = sampling_locations.shape[1]
-    out = torch.empty((n, lq, m, d), dtype=value.dtype, device=value.device)
-    _core.ms_deform_attn_forward_cuda(
-        *capsules(*_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                                attention_weights), out), _stream(value))
-    return out.view(n, lq, m * d)
-
-
-def _fixed_point_bound(grad_output, attention_weights):
-    # max|grad_output| * sum|weights| bounds every grad_value element's sum of terms (each point
-    # touches an element through at most one corner, with a bilinear weight <= 1).
-    if grad_output.numel() == 0 or attention_weights.numel() == 0:
-        return torch.zeros((), dtype=torch.float32, device=grad_output.device)
-    inf = float("inf")
-    return (torch.linalg.vector_norm(grad_output, inf, dtype=torch.float32)
-            * torch.linalg.vector_norm(attention_weights, 1, dtype=torch.float32))
-
-
-@_backward_op.register_kernel("cuda")
-def _backward_cuda(grad_output, value, spatial_shapes, level_start_index, sampling_locations,
-                   attention_weights):
-    _check_grad_output(grad_output, value, sampling_locations)
-    n, _, m, d = value.shape
-    lq = sampling_locations.shape[1]
-    grads = tuple(torch.empty(t.shape, dtype=value.dtype, device=value.device)
-                  for t in (value, sampling_locations, attention_weights))
-    grad_output = grad_output.detach().reshape(n, lq, m, d).contiguous()
-    workspace = bound = None
-    if torch.are_deterministic_algorithms_enabled():
-        workspace = torch.empty(value.shape, dtype=torch.int64, device=value.device)
-        bound = _fixed_point_bound(grad_output, attention_weights.detach())
-    elif value.dtype != torch.float32:
-        workspace = torch.empty(value.shape, dtype=torch.float32, device=value.device)
-    _core.ms_deform_attn_backward_cuda(
-        *capsules(*_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                                attention_weights), grad_output, *grads, workspace, bound),
-        _stream(value))
-    return grads
 
 
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _autograd_backward(ctx, grad_output):
-    value, spatial_shapes, level_start_index, sampling_locations, attention_weights = \
-        ctx.saved_tensors
-    grad_value, grad_loc, grad_attn = _backward_op(
-        grad_output, value, spatial_shapes, level_start_index, sampling_locations,
-        attention_weights)
+def _input_grads(ctx, grads):
+    # The kernel computes all three; autograd gets only those it asked for.
     need = ctx.needs_input_grad
-    return (grad_value if need[0] else None, None, None, grad_loc if need[3] else None,
-            grad_attn if need[4] else None)
+    return (grads[0] if need[0] else None, None, None, grads[1] if need[3] else None,
+            grads[2] if need[4] else None)
+
+
+def _autograd_backward(ctx, grad_output):
+    return _input_grads(ctx, _backward_op(grad_output, *ctx.saved_tensors))
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+# --- the eager fast path: the same kernel functions, without the dispatcher --------------------
+
+
+class _Function(torch.autograd.Function):
+    """Autograd of the fast path. Its backward calls the backward kernel function directly as
+    well, unless something now needs the dispatcher (a mode entered around ``backward()``,
+    compiled autograd tracing it), which then sees ``turbo_physai::ms_deform_attn_backward``.
+    The backward is not itself differentiable (neither is the custom op's)."""
+
+    @staticmethod
+    def forward(ctx, value, spatial_shapes, level_start_index, sampling_locations,
+                attention_weights):
+        ctx.save_for_backward(value, spatial_shapes, level_start_index, sampling_locations,
+                              attention_weights)
+        kernel = forward_cuda if value.is_cuda else forward_cpu
+        return kernel(value, spatial_shapes, level_start_index, sampling_locations,
+                      attention_weights)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        saved = ctx.saved_tensors
+        if dispatcher_needed():
+            return _input_grads(ctx, _backward_op(grad_output, *saved))
+        kernel = backward_cuda if saved[0].is_cuda else backward_cpu
+        return _input_grads(ctx, profiled(_BACKWARD_OP, kernel, grad_output, *saved))
+
+
+def _fast(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+    if value.dim() != 4 or sampling_locations.dim() != 6:
+        # The output's shape is read from these; the checks name the tensor (and raise).
+        check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                     attention_weights)
+    if torch.is_grad_enabled() and (value.requires_grad or sampling_locations.requires_grad
+                                    or attention_weights.requires_grad):
+        return _Function.apply(value, spatial_shapes, level_start_index, sampling_locations,
+                               attention_weights)
+    kernel = forward_cuda if value.is_cuda else forward_cpu
+    return kernel(value, spatial_shapes, level_start_index, sampling_locations,
+                  attention_weights)
 
 
 def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
@@ -204,8 +159,25 @@ def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
                    attention_weights: torch.Tensor) -> torch.Tensor:
     """Multi-scale deformable attention, ``(N, Lq, M*D)``; differentiable in value, locations
     and weights. Bad inputs raise TypeError/ValueError naming the tensor. See the module doc."""
-    spatial_shapes, level_start_index = check_inputs(
-        value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    args = (value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    if not dispatcher_needed() and type(value) is _Tensor and type(spatial_shapes) is _Tensor \
+            and type(level_start_index) is _Tensor and type(sampling_locations) is _Tensor \
+            and type(attention_weights) is _Tensor and (value.is_cpu or value.is_cuda):
+        try:
+            return profiled(_OP, _fast, *args)
+        except BufferError:
+            # DLPack cannot carry a tensor, so it is not on value's device (it is on the meta
+            # device, say): the checks name it.
+            check_inputs(*args)
+            raise
+    if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
+            isinstance(t, _Tensor) and t.requires_grad
+            for t in (value, sampling_locations, attention_weights)):
+        # torch's custom-op autograd cannot run under torch.func transforms; say so plainly.
+        raise NotImplementedError(
+            "turbo_physai.ops.ms_deform_attn: differentiating through torch.func transforms "
+            "(grad, vjp, jacrev...) is not supported; use torch.autograd")
+    spatial_shapes, level_start_index = check_inputs(*args)
     return _forward_op(value, spatial_shapes, level_start_index, sampling_locations,
                        attention_weights)
 
@@ -214,7 +186,7 @@ def register_kernels(register) -> None:
     """Built-in provider hook (turbo_physai.kernels.providers.BUILTIN): the C++ CPU kernel and,
     on CUDA builds with a GPU, the CUDA kernel (float32/float16/bfloat16)."""
     register(SLOT, ms_deform_attn, name="cpp", requires={"device": "cpu", "args": [0, 3, 4]})
-    if _HAS_CUDA_KERNELS and torch.cuda.is_available():
+    if hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available():
         register(SLOT, ms_deform_attn, name="cuda",
                  requires={"device": "cuda", "dtype": ["float32", "float16", "bfloat16"],
                            "args": [0, 3, 4]})

@@ -1,0 +1,155 @@
+"""The calls of the compiled ms_deform_attn kernels: one function per direction and device.
+
+Both ways into the kernels run these same functions, so they give the same bits: the custom ops
+``turbo_physai::ms_deform_attn`` / ``::ms_deform_attn_backward`` register them as their CPU and
+CUDA kernels, and the eager fast path of :func:`turbo_physai.ops.ms_deform_attn` calls them
+directly. Ranks, shapes, dtypes, devices and level metadata are checked by the binding
+(``csrc/bindings/msda_checks.cpp``), with the messages of the Python checks; here the inputs
+only get what the kernels need, each step skipped when the tensor already qualifies (the host
+cost of a small call is mostly such steps). No ``detach()``: ``torch._C._to_dlpack`` exports
+tensors that require grad, and the kernels only read them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from turbo_physai import _core
+from turbo_physai.kernels.reference import check_ms_deform_attn as check_inputs
+from turbo_physai.ops._dlpack import capsules
+
+_to_dlpack = torch._C._to_dlpack
+_INT64 = torch.int64
+_FLOAT32 = torch.float32
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def check_grad_output(grad_output, value, sampling_locations):
+    """The Python check of grad_output: fake tensors, reduced precision on the CPU, and any rank
+    but the op's 3 (the binding would also take (N, Lq, M, D), which the op's fake refuses)."""
+    n, _, m, d = value.shape
+    expected = (n, sampling_locations.shape[1], m * d)
+    if tuple(grad_output.shape) != expected:
+        raise ValueError(f"grad_output: expected shape {expected} (N, Lq, M*D), "
+                         f"got {tuple(grad_output.shape)}")
+    if grad_output.dtype != value.dtype:
+        raise TypeError(f"grad_output: expected dtype {value.dtype} (the dtype of value), "
+                        f"got {grad_output.dtype}")
+
+
+def _index(t: torch.Tensor) -> torch.Tensor:
+    # The kernels read int64 level metadata; other integer dtypes are converted (L elements).
+    # Anything else goes as is, for the binding to reject with the Python check's message.
+    dtype = t.dtype
+    if dtype is _INT64 or dtype.is_floating_point or dtype.is_complex or dtype is torch.bool:
+        return t
+    return t.to(_INT64)
+
+
+def _dense_channels(t: torch.Tensor) -> torch.Tensor:
+    # The CPU kernel vectorizes over the last dimension and needs it at stride 1; any other
+    # stride is read as is. is_contiguous() first: it is the usual answer and the cheapest call.
+    return t if t.is_contiguous() or t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    # The CUDA kernels read dense arrays (16-byte loads of channel rows).
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _empty_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
+                attention_weights: torch.Tensor) -> torch.Tensor:
+    if value.dtype in _REDUCED:
+        # The CPU kernel has no reduced-precision variant: check here (a conversion would hide
+        # mixed dtypes from the binding), compute in float32, cast back.
+        check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                     attention_weights)
+        out = forward_cpu(value.to(_FLOAT32), spatial_shapes, level_start_index,
+                          sampling_locations.to(_FLOAT32), attention_weights.to(_FLOAT32))
+        return out.to(value.dtype)
+    n, _, m, d = value.shape
+    # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
+    out = value.new_empty((n, sampling_locations.shape[1], m * d))
+    _core.ms_deform_attn_forward(
+        _to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
+        _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
+        _to_dlpack(attention_weights), _to_dlpack(out), torch.get_num_threads())
+    return out
+
+
+def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
+                 level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
+                 attention_weights: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if grad_output.dim() != 3:
+        check_grad_output(grad_output, value, sampling_locations)
+    if value.dtype in _REDUCED:  # as in forward_cpu
+        check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                     attention_weights)
+        check_grad_output(grad_output, value, sampling_locations)
+        grads = backward_cpu(grad_output.to(_FLOAT32), value.to(_FLOAT32), spatial_shapes,
+                             level_start_index, sampling_locations.to(_FLOAT32),
+                             attention_weights.to(_FLOAT32))
+        return tuple(g.to(value.dtype) for g in grads)
+    grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
+    _core.ms_deform_attn_backward(
+        _to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
+        _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
+        _to_dlpack(attention_weights), _to_dlpack(_dense_channels(grad_output)),
+        *map(_to_dlpack, grads), torch.get_num_threads())
+    return grads
+
+
+def _stream(t: torch.Tensor) -> int:
+    # The raw handle of the current stream, without building a torch.cuda.Stream object (the
+    # call inductor's generated code makes): host time is most of a small call's cost.
+    return torch._C._cuda_getCurrentRawStream(t.get_device())
+
+
+def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                 level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
+                 attention_weights: torch.Tensor) -> torch.Tensor:
+    n, _, m, d = value.shape
+    out = value.new_empty((n, sampling_locations.shape[1], m * d))
+    _core.ms_deform_attn_forward_cuda(
+        _to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
+        _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
+        _to_dlpack(_dense(attention_weights)), _to_dlpack(out), _stream(value))
+    return out
+
+
+def _fixed_point_bound(grad_output, attention_weights):
+    # max|grad_output| * sum|weights| bounds every grad_value element's sum of terms (each point
+    # touches an element through at most one corner, with a bilinear weight <= 1).
+    if grad_output.numel() == 0 or attention_weights.numel() == 0:
+        return torch.zeros((), dtype=_FLOAT32, device=grad_output.device)
+    inf = float("inf")
+    return (torch.linalg.vector_norm(grad_output, inf, dtype=_FLOAT32)
+            * torch.linalg.vector_norm(attention_weights, 1, dtype=_FLOAT32))
+
+
+def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
+                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
+                  attention_weights: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if grad_output.dim() != 3:
+        check_grad_output(grad_output, value, sampling_locations)
+    grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
+    grad_output = _dense(grad_output)
+    workspace = bound = None
+    if torch.are_deterministic_algorithms_enabled():
+        workspace = value.new_empty(value.shape, dtype=_INT64)
+        bound = _fixed_point_bound(grad_output, attention_weights)
+    elif value.dtype is not _FLOAT32:
+        workspace = value.new_empty(value.shape, dtype=_FLOAT32)
+    _core.ms_deform_attn_backward_cuda(
+        _to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
+        _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
+        _to_dlpack(_dense(attention_weights)), _to_dlpack(grad_output), *map(_to_dlpack, grads),
+        *capsules(workspace, bound), _stream(value))
+    return grads
