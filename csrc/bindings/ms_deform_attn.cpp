@@ -145,6 +145,11 @@ std::pair<cu::Problem, Shapes> check_cuda(const Input &value, const Input &shape
     cu::Problem p{v[0], v[1], v[2], v[3], s.loc[1], s.levels, s.loc[4],
                   static_cast<const std::int64_t *>(shapes.data()),
                   static_cast<const std::int64_t *>(starts.data()), kind};
+    if (!cu::fits_int_indexing(p))
+        throw nb::value_error(("value: the CUDA kernels index rows with 32-bit integers; S = " +
+                               std::to_string(p.value_len) + " must be below 2^31 and M*D = " +
+                               std::to_string(p.heads * p.channels) + " at most 2^29")
+                                  .c_str());
     return {p, std::move(s)};
 }
 

@@ -143,6 +143,18 @@ def test_bad_level_metadata_reads_no_memory_outside_value():
     torch.testing.assert_close(out, good)
 
 
+def test_rows_beyond_32_bit_indexing_are_refused():
+    # M*D = 2^29 + 2^18 float16 channels (1 GiB, uninitialised): a value row's stride in bytes
+    # would not fit the kernels' 32 bits, so the binding refuses it before any launch.
+    value = torch.empty((1, 1, 2**15, 2**14 + 8), dtype=torch.float16, device="cuda")
+    shapes = torch.tensor([[1, 1]], device="cuda")
+    starts = torch.zeros(1, dtype=torch.int64, device="cuda")
+    loc = torch.zeros((1, 1, 2**15, 1, 1, 2), dtype=torch.float16, device="cuda")
+    attn = torch.zeros((1, 1, 2**15, 1, 1), dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="32-bit integers"):
+        ms_deform_attn(value, shapes, starts, loc, attn)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
 def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path):

@@ -193,12 +193,6 @@ struct Head {
     }
 };
 
-/// The kernels keep corner rows (< value_len) in ints and a row's stride in bytes (M*D elements of
-/// up to 8 bytes: the backward's fixed-point accumulator) in 32 bits.
-inline bool fits_int_indexing(const Problem &p) {
-    return p.value_len <= INT32_MAX && p.heads * p.channels <= (std::int64_t{1} << 29);
-}
-
 inline dim3 grid_for(const Problem &p) {
     const std::int64_t tiles = (p.queries + kWarpsPerBlock - 1) / kWarpsPerBlock;
     const std::int64_t heads = p.batch * p.heads;

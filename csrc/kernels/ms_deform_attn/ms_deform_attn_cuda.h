@@ -24,6 +24,13 @@ struct Problem {
     Dtype dtype;
 };
 
+/// The kernels keep corner rows (< value_len) in ints and a value row's stride in bytes (M*D
+/// elements of up to 8 bytes: the backward's fixed-point accumulator) in 32 bits; forward and
+/// backward return cudaErrorInvalidValue for a problem beyond that.
+inline bool fits_int_indexing(const Problem &p) {
+    return p.value_len <= INT32_MAX && p.heads * p.channels <= (std::int64_t{1} << 29);
+}
+
 /// output (N,Lq,M,D) = MSDA(value (N,S,M,D), locations (N,Lq,M,L,P,2), weights (N,Lq,M,L,P));
 /// every element is written. Sums run in a fixed order: the forward is deterministic.
 cudaError_t forward(const Problem &p, const void *value, const void *sampling_locations,
