@@ -247,6 +247,27 @@ def test_torch_compile_fullgraph():
     torch.testing.assert_close(compiled(*args), f(*args))
 
 
+def test_torch_compile_reduce_overhead_records_and_replays_a_cuda_graph():
+    """mode="reduce-overhead" (inductor + CUDA graph trees), as the transformers compile
+    groups can be configured: the op must not make inductor skip the graph, and replays with
+    new inputs must give the eager results."""
+
+    def f(value, shapes, starts, loc, attn):
+        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
+
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    compiled = torch.compile(f, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    for seed in range(4):  # warm-up run, recording, then replays
+        args = make(d=32, seed=seed)
+        # clone(): the next replay overwrites the graph's output buffer.
+        torch.testing.assert_close(compiled(*args).clone(), f(*args))
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] > 0
+    torch._dynamo.reset()
+
+
 def test_registry_picks_cuda_for_gpu_tensors():
     args = make(d=32)
     assert kernels.resolve("ms_deform_attn", *args) is ms_deform_attn

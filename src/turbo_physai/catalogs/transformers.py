@@ -87,18 +87,18 @@ RT_DETR_V2 = _msda_group(
 )
 
 
-def _compile_group(model: str, *layers: str):
-    # depends_on the model's MSDA group: the compiled layers then hold our op as one graph node
+def _compile_group(model: str, *classes: str, name: str = "compile"):
+    # depends_on the model's MSDA group: the compiled code then holds our op as one graph node
     # (a torch.library custom op with a fake implementation), the combination the tests check
     # with fullgraph=True; transformers' grid_sample loop would be traced op by op instead.
     return group(
-        f"transformers.{model}.compile",
+        f"transformers.{model}.{name}",
         *(
             wrap(
-                target=f"{_module(model)}.{layer}.forward",
+                target=f"{_module(model)}.{cls}.forward",
                 replacement=f"{_OPT}.compile.compile_wrapper",
             )
-            for layer in layers
+            for cls in classes
         ),
         depends_on=(f"transformers.{model}.msda",),
     )
@@ -108,6 +108,12 @@ COMPILE_DEFORMABLE_DETR = _compile_group(
     "deformable_detr", "DeformableDetrEncoderLayer", "DeformableDetrDecoderLayer"
 )
 COMPILE_RT_DETR = _compile_group("rt_detr", "RTDetrDecoderLayer")
+# The whole RTDetrModel.forward (RTDetrForObjectDetection.forward calls it): backbone, hybrid
+# encoder, query selection and decoder in one graph, which traces without a break (tested with
+# fullgraph=True). Eager RT-DETR is host-bound on a GPU (issue 7): with mode "reduce-overhead"
+# the whole forward replays as one CUDA graph instead of launching its kernels from Python, which
+# the layer group does for everything outside the decoder layers.
+COMPILE_RT_DETR_MODEL = _compile_group("rt_detr", "RTDetrModel", name="compile_model")
 
 GROUPS = (
     MSDA_COMMON,
@@ -116,4 +122,5 @@ GROUPS = (
     RT_DETR_V2,
     COMPILE_DEFORMABLE_DETR,
     COMPILE_RT_DETR,
+    COMPILE_RT_DETR_MODEL,
 )
