@@ -61,18 +61,6 @@ VARIANTS = {
     "ours_compile_model_cudagraphs": Variant(
         "compile_model group, mode reduce-overhead (CUDA graphs), fullgraph", (MODEL,),
         {MODEL: {"mode": "reduce-overhead", **STATIC}}),
-    # The compile group's switches (optimizations/common/compile.py): inductor freezing (conv +
-    # batch norm folded, weights laid out for the convolutions) and cuDNN's algorithm autotuner.
-    "ours_compile_model_cudagraphs_freezing_cudnn": Variant(
-        "compile_model group, reduce-overhead + freezing + cudnn_benchmark", (MODEL,),
-        {MODEL: {"mode": "reduce-overhead", "freezing": True, "cudnn_benchmark": True,
-                 **STATIC}}),
-    "ours_compile_model_cudagraphs_cudnn": Variant(
-        "compile_model group, reduce-overhead + cudnn_benchmark", (MODEL,),
-        {MODEL: {"mode": "reduce-overhead", "cudnn_benchmark": True, **STATIC}}),
-    "ours_compile_model_cudagraphs_freezing": Variant(
-        "compile_model group, reduce-overhead + freezing", (MODEL,),
-        {MODEL: {"mode": "reduce-overhead", "freezing": True, **STATIC}}),
     "stock_compile": Variant("torch.compile(model), default mode (the issue's baseline)",
                              compile={}),
     # What CUDA graphs give without our groups: the share of the win that is not ours.

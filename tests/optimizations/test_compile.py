@@ -50,46 +50,6 @@ def test_building_does_not_compile_first_call_does_once(monkeypatch):
     assert calls == [{"fullgraph": False, "dynamic": True, "backend": "aot_eager"}]
 
 
-def test_switches_are_checked_and_named():
-    assert lazy.switches({}) == {"freezing": False, "cudnn_benchmark": False}
-    with pytest.raises(ValueError, match="'cudnn_benchmark' must be true or false, got 'yes'"):
-        compile_wrapper(lambda x: x, {"cudnn_benchmark": "yes"})
-    with pytest.raises(ValueError, match="'freezing' needs backend 'inductor'"):
-        compile_wrapper(lambda x: x, {"freezing": True, "backend": "eager"})
-    with pytest.raises(ValueError, match=r"known: \['backend', 'cudnn_benchmark', 'dynamic', "
-                                         r"'freezing', 'fullgraph', 'mode'\]"):
-        compile_wrapper(lambda x: x, {"freeze": True})
-
-
-def test_freezing_goes_with_the_modes_inductor_options(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append(kwargs) or fn)
-    wrapped = compile_wrapper(lambda x: x + 1, {"mode": "reduce-overhead", "freezing": True,
-                                                "fullgraph": True})
-    assert wrapped(1) == 2 and wrapped(2) == 3
-    (kwargs,) = calls
-    assert "mode" not in kwargs and kwargs["fullgraph"] is True
-    assert kwargs["options"]["freezing"] is True
-    assert kwargs["options"]["triton.cudagraphs"] is True  # what reduce-overhead stands for
-
-
-def test_cudnn_benchmark_is_on_during_the_call_and_restored(monkeypatch):
-    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
-    seen = []
-
-    def probe(fail):
-        seen.append(torch.backends.cudnn.benchmark)
-        if fail:
-            raise RuntimeError("boom")
-
-    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
-    wrapped = compile_wrapper(probe, {"cudnn_benchmark": True})
-    wrapped(False)
-    with pytest.raises(RuntimeError, match="boom"):
-        wrapped(True)
-    assert seen == [True, True] and torch.backends.cudnn.benchmark is False
-
-
 def test_bevformer_layer_compiled_equals_eager():
     with openmmlab_packages():
         from projects.mmdet3d_plugin.bevformer.modules.encoder import BEVFormerLayer

@@ -13,14 +13,6 @@ Options (the group's ``options`` in the config; JSON values):
     default ``"inductor"``. ``"eager"`` or ``"aot_eager"`` run the graph capture without code
     generation: seconds instead of minutes, for debugging graph breaks and for tests.
     ``mode`` is an inductor setting and is passed only to inductor.
-``freezing``
-    default ``False``. Inductor only, inference only: parameters and buffers become constants of
-    the compiled graph (convolution + batch norm folded, weights pre-laid-out), so later changes
-    to them are not seen and its gradients are not computed. Folding changes the last bits.
-``cudnn_benchmark``
-    default ``False``. Runs the compiled function with ``torch.backends.cudnn.benchmark`` on
-    (restored after each call): cuDNN times its convolution algorithms on the first call of each
-    shape and keeps the fastest. Algorithms can differ in the last bits.
 
 Unknown option names raise ``ValueError`` (so the group is blocked at check time, naming the
 option) rather than being ignored.
@@ -38,41 +30,17 @@ DEFAULTS: Mapping[str, Any] = {
     "dynamic": None,
     "backend": "inductor",
 }
-#: Options that are not torch.compile keywords (see the module doc), all off by default.
-SWITCHES = ("freezing", "cudnn_benchmark")
 
 
 def compile_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments for torch.compile: defaults overridden by ``options``, without the
-    switches (:data:`SWITCHES`, read with :func:`switches`)."""
-    unknown = sorted(set(options) - set(DEFAULTS) - set(SWITCHES))
+    """The keyword arguments for torch.compile: defaults overridden by ``options``."""
+    unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown compile option(s) {unknown}; known: "
-                         f"{sorted((*DEFAULTS, *SWITCHES))}")
-    merged = {**DEFAULTS, **{k: v for k, v in options.items() if k in DEFAULTS}}
+        raise ValueError(f"unknown compile option(s) {unknown}; known: {sorted(DEFAULTS)}")
+    merged = {**DEFAULTS, **options}
     if merged["backend"] != "inductor":
         del merged["mode"]
     return merged
-
-
-def switches(options: Mapping[str, Any]) -> dict[str, bool]:
-    """The switches of ``options``, checked: booleans, ``freezing`` with inductor only."""
-    on = {name: options.get(name, False) for name in SWITCHES}
-    for name, value in on.items():
-        if not isinstance(value, bool):
-            raise ValueError(f"compile option {name!r} must be true or false, got {value!r}")
-    if on["freezing"] and options.get("backend", DEFAULTS["backend"]) != "inductor":
-        raise ValueError("compile option 'freezing' needs backend 'inductor'")
-    return on
-
-
-def _inductor_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # torch.compile takes a mode or inductor options, not both: freezing goes with the options
-    # the mode stands for.
-    from torch._inductor import list_mode_options
-
-    rest = {k: v for k, v in kwargs.items() if k != "mode"}
-    return {**rest, "options": {**list_mode_options(kwargs["mode"]), "freezing": True}}
 
 
 def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable[..., Any]:
@@ -83,37 +51,17 @@ def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable
     the second result is discarded, which is harmless.
     """
     kwargs = compile_options(options)
-    on = switches(options)
     compiled: list[Callable[..., Any]] = []
 
-    def compiled_fn() -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def compiled_on_first_call(*args: Any, **kw: Any) -> Any:
         if not compiled:
             import torch
 
-            compiled.append(torch.compile(fn, **(_inductor_options(kwargs) if on["freezing"]
-                                                   else kwargs)))
-        return compiled[0]
+            compiled.append(torch.compile(fn, **kwargs))
+        return compiled[0](*args, **kw)
 
-    if not on["cudnn_benchmark"]:
-        @functools.wraps(fn)
-        def compiled_on_first_call(*args: Any, **kw: Any) -> Any:
-            return compiled_fn()(*args, **kw)
-
-        return compiled_on_first_call
-
-    @functools.wraps(fn)
-    def compiled_with_cudnn_benchmark(*args: Any, **kw: Any) -> Any:
-        import torch
-
-        cudnn = torch.backends.cudnn
-        before = cudnn.benchmark
-        cudnn.benchmark = True
-        try:
-            return compiled_fn()(*args, **kw)
-        finally:
-            cudnn.benchmark = before
-
-    return compiled_with_cudnn_benchmark
+    return compiled_on_first_call
 
 
 def compile_wrapper(original: Callable[..., Any], options: Mapping[str, Any]) -> Callable[..., Any]:
