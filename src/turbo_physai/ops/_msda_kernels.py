@@ -61,6 +61,20 @@ def _empty_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
+def _cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+    """The five inputs as capsules for the CPU binding."""
+    return (_to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
+            _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
+            _to_dlpack(attention_weights))
+
+
+def _cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+    """The five inputs as capsules for the CUDA binding."""
+    return (_to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
+            _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
+            _to_dlpack(_dense(attention_weights)))
+
+
 def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
                 level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                 attention_weights: torch.Tensor) -> torch.Tensor:
@@ -76,9 +90,8 @@ def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
     # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
     out = value.new_empty((n, sampling_locations.shape[1], m * d))
     _core.ms_deform_attn_forward(
-        _to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
-        _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
-        _to_dlpack(attention_weights), _to_dlpack(out), torch.get_num_threads())
+        *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                     attention_weights), _to_dlpack(out), torch.get_num_threads())
     return out
 
 
@@ -98,9 +111,8 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
         return tuple(g.to(value.dtype) for g in grads)
     grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
     _core.ms_deform_attn_backward(
-        _to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
-        _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
-        _to_dlpack(attention_weights), _to_dlpack(_dense_channels(grad_output)),
+        *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                     attention_weights), _to_dlpack(_dense_channels(grad_output)),
         *map(_to_dlpack, grads), torch.get_num_threads())
     return grads
 
@@ -117,9 +129,8 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
     n, _, m, d = value.shape
     out = value.new_empty((n, sampling_locations.shape[1], m * d))
     _core.ms_deform_attn_forward_cuda(
-        _to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
-        _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
-        _to_dlpack(_dense(attention_weights)), _to_dlpack(out), _stream(value))
+        *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                      attention_weights), _to_dlpack(out), _stream(value))
     return out
 
 
@@ -148,8 +159,7 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
     elif value.dtype is not _FLOAT32:
         workspace = value.new_empty(value.shape, dtype=_FLOAT32)
     _core.ms_deform_attn_backward_cuda(
-        _to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
-        _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
-        _to_dlpack(_dense(attention_weights)), _to_dlpack(grad_output), *map(_to_dlpack, grads),
+        *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
+                      attention_weights), _to_dlpack(grad_output), *map(_to_dlpack, grads),
         *capsules(workspace, bound), _stream(value))
     return grads
