@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/backward.cu: MSDA backward on CUDA, one warp per (n, q, m) row.
+// csrc/kernels/ms_deform_attn/backward.cu: MSDA backward on CUDA, a warp per (n, q, m) rows.
 //
 // Per sampling point a group of lanes reads the four corner rows once and produces all three
 // gradients: the dot products of grad_output with the corners give the weight and location
@@ -69,6 +69,12 @@ __device__ inline void add_row(Acc<kFixed> *p, float coef, const float (&g)[VEC]
 
 constexpr size_t kTablesBytes = warp_tables_bytes<Point, PointGrad, float4>();
 
+/// Channels per lane when D and the pointers allow vector access: 4 for every type (8-byte loads
+/// for 16-bit ones), matching the float4 atomics into the float32 accumulator. 8 channels of a
+/// 16-bit type per lane (16-byte loads) needed more registers (2 blocks per SM instead of 3) and
+/// made float16/bfloat16 fwd+bwd 1.6-1.7x slower (H200, encoder and BEV shapes).
+constexpr int kWide = 4;
+
 /// One point's share of the gradients on this lane's channels (every chunk of them): adds the
 /// value gradient of its corners with atomics and returns the lane's parts of d weight, d x, d y.
 /// `column`: value[n, 0, m, r*VEC] as an element index (of value and of the accumulator).
@@ -123,10 +129,10 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
     return make_float3(d_weight, d_x, d_y);
 }
 
-// float32: 3 blocks of 8 warps per SM (at most 80 registers), measured 7-16% faster fwd+bwd than
-// the compiler's choice of 2 (H200, issue 6 shapes); 16-bit types would spill at 80.
+// 3 blocks of 8 warps per SM (at most 80 registers), measured 7-16% faster fwd+bwd in float32
+// than the compiler's choice of 2 (H200, issue 6 shapes).
 template <typename T, int VEC, bool kFixed>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, 3)
     backward_kernel(BackwardArgs<T> a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x / 32;
@@ -139,56 +145,58 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 3 : 2)
     load_levels(a.s, levels);
     __syncthreads();
     const double scale = kFixed ? fixed_point_scale(a.bound) : 1.0;
-    const int lane = threadIdx.x & 31, r = lane & (a.layout.lanes_per_row - 1);
-    const int group = lane >> a.layout.log2_lanes, groups = 32 >> a.layout.log2_lanes;
+    const Layout &lay = a.layout;
+    const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
-    const int first_level = lane < points ? lane / a.s.points : 0;  // of this lane's first point
     const unsigned row_elements = static_cast<unsigned>(a.s.heads * a.s.channels);
     const std::int64_t D = a.s.channels;
     for (std::int64_t nm = blockIdx.y; nm < a.s.batch * a.s.heads; nm += gridDim.y) {
         const Head h(nm, a.s.heads);
-        const std::int64_t column = (h.n * a.s.value_len * a.s.heads + h.m) * D + r * VEC;
-        for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-             q < a.s.queries; q += static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock) {
-            const std::int64_t row = h.row(q, a.s);
-            const T *grad_row = a.grad_out + row * D + r * VEC;
+        const std::int64_t column = (h.n * a.s.value_len * a.s.heads + h.m) * D + ln.r * VEC;
+        for (std::int64_t q0 = first_query(lay); q0 < a.s.queries; q0 += query_step(lay)) {
+            const bool own_valid = q0 + ln.own < a.s.queries;
+            const T *grad_row = a.grad_out + h.row(q0 + ln.own, a.s) * D + ln.r * VEC;
             float g0[VEC] = {};  // the first chunk of grad_output, kept for every point
-            if (r * VEC < D)
+            if (own_valid && ln.r * VEC < D)
                 load<T, VEC>(grad_row, g0);
             for (int base = 0; base < points; base += 32) {
                 const int count = min(32, points - base);
+                const bool prepares = ln.prepares(lay, a.s, base, q0);
                 float scale_x = 0.f, scale_y = 0.f;  // d loc = attn * level size * d pixel
-                if (lane < count) {
+                if (prepares) {
                     Point pt;
                     PointGrad pg;
-                    const int level = base ? (base + lane) / a.s.points : first_level;
-                    const Level lv = prepare_point(a.loc, a.attn, row, points, base + lane, level,
-                                                   levels, pt, pg);
-                    points_of[lane] = pt;
-                    grads_of[lane] = pg;
+                    const Level lv =
+                        prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s), points,
+                                      base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
+                    points_of[ln.lane] = pt;
+                    grads_of[ln.lane] = pg;
                     scale_x = pg.attn * static_cast<float>(lv.w);
                     scale_y = pg.attn * static_cast<float>(lv.h);
                 }
                 __syncwarp();
-                for (int j0 = 0; j0 < count; j0 += groups) {
-                    const int j = j0 + group;
+                for (int j0 = 0; j0 < count; j0 += 1 << ln.log2_groups) {
+                    const int j = j0 + ln.sub, at = ln.own * points + j;
+                    const bool mine = own_valid && j < count;
                     float3 d = make_float3(0.f, 0.f, 0.f);
-                    if (j < count && points_of[j].row[0] >= 0)
-                        d = point_gradients<T, VEC, kFixed>(a, points_of[j], grads_of[j], column,
-                                                            row_elements, grad_row, g0, r, scale);
+                    if (mine && points_of[at].row[0] >= 0)
+                        d = point_gradients<T, VEC, kFixed>(a, points_of[at], grads_of[at],
+                                                            column, row_elements, grad_row, g0,
+                                                            ln.r, scale);
                     // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
-                    for (int offset = a.layout.lanes_per_row >> 1; offset > 0; offset >>= 1) {
+                    for (int offset = lay.lanes_per_row >> 1; offset > 0; offset >>= 1) {
                         d.x += __shfl_xor_sync(kFullMask, d.x, offset);
                         d.y += __shfl_xor_sync(kFullMask, d.y, offset);
                         d.z += __shfl_xor_sync(kFullMask, d.z, offset);
                     }
-                    if (r == 0 && j < count)
-                        sums_of[j] = make_float4(d.x, d.y, d.z, 0.f);
+                    if (ln.r == 0 && mine)
+                        sums_of[at] = make_float4(d.x, d.y, d.z, 0.f);
                 }
                 __syncwarp();
-                if (lane < count) {  // each lane writes its own point's gradients: coalesced
-                    const float4 sums = sums_of[lane];
-                    const std::int64_t at = row * points + base + lane;
+                if (prepares) {  // each lane writes its own point's gradients: coalesced
+                    const float4 sums = sums_of[ln.lane];
+                    const std::int64_t at =
+                        h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k;
                     a.grad_attn[at] = from_float<T>(sums.x);
                     a.grad_loc[2 * at] = from_float<T>(scale_x * sums.y);
                     a.grad_loc[2 * at + 1] = from_float<T>(scale_y * sums.z);
@@ -227,9 +235,9 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (rows > 0 && p.channels > 0) {
         if (wide)
-            backward_kernel<T, 16 / sizeof(T), kFixed><<<grid_for(p), kThreads, smem, stream>>>(a);
+            backward_kernel<T, kWide, kFixed><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
         else
-            backward_kernel<T, 1, kFixed><<<grid_for(p), kThreads, smem, stream>>>(a);
+            backward_kernel<T, 1, kFixed><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     } else if (rows > 0) {
         // D = 0: no channel to read, but every weight and location gradient is still written.
         const size_t loc_bytes = static_cast<size_t>(rows * p.levels * p.points) * sizeof(T);
@@ -250,11 +258,11 @@ cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const
                      const void *grad_out, void *grad_value, void *grad_loc, void *grad_attn,
                      const BackwardScratch &scratch, cudaStream_t stream) {
     void *acc = scratch.accumulation == Accumulation::direct ? grad_value : scratch.workspace;
-    constexpr int kVec = 16 / sizeof(T);
-    const bool wide = p.channels % kVec == 0 && aligned16(value) && aligned16(grad_out) &&
-                      aligned16(acc);
+    constexpr std::size_t kBytes = kWide * sizeof(T);
+    const bool wide = p.channels % kWide == 0 && aligned(value, kBytes) &&
+                      aligned(grad_out, kBytes) && aligned(acc, 16);
     BackwardArgs<T> a{shape_of(p),
-                      layout_for(p.channels, wide ? kVec : 1),
+                      layout_for(p, wide ? kWide : 1),
                       static_cast<const T *>(value),
                       static_cast<const T *>(loc),
                       static_cast<const T *>(attn),

@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/forward.cu: MSDA forward on CUDA, one warp per (n, q, m) row.
+// csrc/kernels/ms_deform_attn/forward.cu: MSDA forward on CUDA, a warp per (n, q, m) rows.
 #include "ms_deform_attn/cuda_common.cuh"
 
 namespace turbo_physai::kernels::msda::cuda {
@@ -26,7 +26,9 @@ __device__ inline void gather(const Point *table, int first, int step, int count
         if (pt.row[0] < 0)
             continue;
         // ptxas starts on the first row before requesting the other three; a software-pipelined
-        // variant (the next point's rows requested first) measured 5-10% slower on the H200.
+        // variant (the next point's rows requested first) measured 5-10% slower on the H200, and
+        // so did this loop unrolled 2 or 4 times (with or without the branch; 0.31 vs 0.27 ms
+        // GPU time on the encoder shape).
         float v[4][VEC];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -39,57 +41,59 @@ __device__ inline void gather(const Point *table, int first, int step, int count
     }
 }
 
+/// A warp computes `rows_per_warp` consecutive queries of one head: lane l prepares point
+/// l mod L*P of row l / (L*P) (with more than 32 points, one row and 32 points at a time); the
+/// groups of R lanes split between the rows, each group gathering every G-th point of its row.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int warp = threadIdx.x / 32;
-    Point *table = reinterpret_cast<Point *>(smem) + warp * 32;
+    Point *table = reinterpret_cast<Point *>(smem) + threadIdx.x / 32 * 32;
     Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
-    const int lane = threadIdx.x & 31, r = lane & (a.layout.lanes_per_row - 1);
-    const int group = lane >> a.layout.log2_lanes, groups = 32 >> a.layout.log2_lanes;
+    const Layout &lay = a.layout;
+    const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
-    const int first_level = lane < points ? lane / a.s.points : 0;  // of this lane's first point
     const unsigned row_bytes = static_cast<unsigned>(a.s.heads * a.s.channels * sizeof(T));
     const std::int64_t D = a.s.channels;
     for (std::int64_t nm = blockIdx.y; nm < a.s.batch * a.s.heads; nm += gridDim.y) {
         const Head h(nm, a.s.heads);
         const T *head = a.value + (h.n * a.s.value_len * a.s.heads + h.m) * D;  // value[n,0,m,0]
-        for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-             q < a.s.queries; q += static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock) {
-            const std::int64_t row = h.row(q, a.s);
-            for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
+        for (std::int64_t q0 = first_query(lay); q0 < a.s.queries; q0 += query_step(lay)) {
+            const bool own_valid = q0 + ln.own < a.s.queries;
+            const std::int64_t row = h.row(q0 + ln.own, a.s);
+            for (int chunk = 0; chunk < lay.chunks; ++chunk) {
                 const std::int64_t c =
-                    (static_cast<std::int64_t>(chunk) * a.layout.lanes_per_row + r) * VEC;
-                const bool active = c < D;
+                    (static_cast<std::int64_t>(chunk) * lay.lanes_per_row + ln.r) * VEC;
+                const bool active = c < D && own_valid;
                 float acc[VEC] = {};
                 for (int base = 0; base < points; base += 32) {
-                    const int count = min(32, points - base);
                     if (chunk == 0 || points > 32) {  // else the table still holds these points
                         __syncwarp();  // every lane is done reading the previous table
-                        if (lane < count) {
+                        if (ln.prepares(lay, a.s, base, q0)) {
                             Point pt;
                             PointGrad pg;
-                            const int level = base ? (base + lane) / a.s.points : first_level;
-                            prepare_point(a.loc, a.attn, row, points, base + lane, level, levels,
-                                          pt, pg);
+                            prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s), points,
+                                          base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
 #pragma unroll
                             for (int k = 0; k < 4; ++k)
                                 pt.weight[k] *= pg.attn;
-                            table[lane] = pt;
+                            table[ln.lane] = pt;
                         }
                         __syncwarp();
                     }
                     if (active)
-                        gather<T, VEC>(table, group, groups, count, head + c, row_bytes, acc);
+                        gather<T, VEC>(table + ln.own * points, ln.sub, 1 << ln.log2_groups,
+                                       min(32, points - base), head + c, row_bytes, acc);
                 }
-                // Groups hold partial sums over different points; add them in a fixed butterfly.
-                for (int offset = a.layout.lanes_per_row; offset < 32; offset <<= 1)
+                // A row's groups hold partial sums over different points; add them in a fixed
+                // butterfly.
+                for (int offset = lay.lanes_per_row;
+                     offset < (lay.lanes_per_row << ln.log2_groups); offset <<= 1)
 #pragma unroll
                     for (int i = 0; i < VEC; ++i)
                         acc[i] += __shfl_xor_sync(kFullMask, acc[i], offset);
-                if (group == 0 && active)
+                if (ln.sub == 0 && active)
                     store<T, VEC>(a.out + row * D + c, acc);
             }
         }
@@ -99,18 +103,20 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
 template <typename T>
 cudaError_t launch(const Problem &p, const void *value, const void *loc, const void *attn,
                    void *out, cudaStream_t stream) {
+    // 16-byte loads: with 16-bit types that is 8 channels per lane (4 lanes per row of D = 32);
+    // 8-byte loads for those measured no faster (the backward is another matter).
     constexpr int kVec = 16 / sizeof(T);
-    const bool wide = p.channels % kVec == 0 && aligned16(value) && aligned16(out);
-    ForwardArgs<T> a{shape_of(p), layout_for(p.channels, wide ? kVec : 1),
+    const bool wide = p.channels % kVec == 0 && aligned(value, 16) && aligned(out, 16);
+    ForwardArgs<T> a{shape_of(p), layout_for(p, wide ? kVec : 1),
                      static_cast<const T *>(value), static_cast<const T *>(loc),
                      static_cast<const T *>(attn), static_cast<T *>(out)};
     if (p.batch * p.queries * p.heads == 0 || p.channels == 0)
         return cudaSuccess;
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (wide)
-        forward_kernel<T, kVec><<<grid_for(p), kThreads, smem, stream>>>(a);
+        forward_kernel<T, kVec><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     else
-        forward_kernel<T, 1><<<grid_for(p), kThreads, smem, stream>>>(a);
+        forward_kernel<T, 1><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     return cudaGetLastError();
 }
 
