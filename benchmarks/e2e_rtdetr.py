@@ -2,7 +2,7 @@
 catalog's groups, eager and compiled, in one process (issue 7).
 
     PYTHONPATH=src python benchmarks/e2e_rtdetr.py [--batch 8] [--image 640] [--reps 50]
-        [--variants NAME,...] [--budget-s S] [--json PATH]
+        [--variants NAME,...] [--budget-s S] [--json PATH] [--profile DIR]
     # CPU smoke run: --device cpu --size tiny --batch 2 --image 64 --reps 3
 
 Model: ``RTDetrForObjectDetection(RTDetrConfig())`` (``--size full``: ResNet-50-vd backbone,
@@ -53,6 +53,7 @@ class Variant:
     groups: tuple[str, ...] = ()
     options: Mapping[str, Mapping] = field(default_factory=dict)  # group ID -> options
     compile: Mapping | None = None  # torch.compile(model, **compile) on top, as a user would
+    channels_last: bool = False  # model weights and input in channels_last (NHWC) memory format
 
 
 VARIANTS = {
@@ -68,6 +69,14 @@ VARIANTS = {
                                         compile={"mode": "reduce-overhead"}),
     "ours_compile": Variant("msda group + torch.compile(model), default mode", (MSDA,),
                             compile={}),
+    # The group's opt-in precision trade: TF32 matrix products (convolutions use TF32 already)
+    "ours_compile_model_cudagraphs_tf32": Variant(
+        "compile_model group, reduce-overhead, fullgraph, matmul_precision high (TF32)", (MODEL,),
+        {MODEL: {"mode": "reduce-overhead", **STATIC, "matmul_precision": "high"}}),
+    # Does NHWC help the convolutions that dominate once the host overhead is gone?
+    "ours_compile_model_cudagraphs_channels_last": Variant(
+        "compile_model group, reduce-overhead, fullgraph, model and input channels_last", (MODEL,),
+        {MODEL: {"mode": "reduce-overhead", **STATIC}}, channels_last=True),
     "ours_compile_layers": Variant("compile group (decoder layers), catalog default options",
                                    (LAYERS,)),
     "ours_compile_model_max_autotune": Variant(
@@ -147,7 +156,19 @@ def run_calls(call, args, sync) -> tuple[float, list[float], dict]:
     return first_s, times, parity.snapshot(call())
 
 
-def measure(variant: Variant, model, pixels, reference, args, sync) -> dict:
+def profile_table(call, sync, calls: int = 3, rows: int = 30) -> str:
+    """Kernels by GPU time over `calls` calls (after the timed ones: compiled and warm)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            call()
+        sync()
+    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows,
+                                     max_name_column_width=70)
+
+
+def measure(variant: Variant, model, pixels, reference, args, sync,
+            profile_to: Path | None = None) -> dict:
     counters = torch._dynamo.utils.counters
     torch._dynamo.reset()
     counters.clear()
@@ -158,12 +179,18 @@ def measure(variant: Variant, model, pixels, reference, args, sync) -> dict:
         tpa.apply(config, strict=True)
     # An empty inductor/Triton cache per variant: the compile time is what a fresh machine
     # pays, not what is left after earlier variants compiled the same kernels.
+    if variant.channels_last:
+        model.to(memory_format=torch.channels_last)
+        pixels = pixels.contiguous(memory_format=torch.channels_last)
     try:
         with fresh_cache(), torch.no_grad():
             fn = model if variant.compile is None else torch.compile(model, **variant.compile)
             first_s, times, got = run_calls(lambda: fn(pixel_values=pixels), args, sync)
+            if profile_to is not None:
+                profile_to.write_text(profile_table(lambda: fn(pixel_values=pixels), sync))
     finally:
         tpa.rollback()
+        model.to(memory_format=torch.contiguous_format)
     inductor = counters["inductor"]
     return {"status": "ok", "first_call_s": round(first_s, 2),
             "median_ms": statistics.median(times), "min_ms": min(times),
@@ -209,6 +236,8 @@ def main() -> int:
     parser.add_argument("--min-variant-s", type=float, default=60,
                         help="with --budget-s: start no variant with less time than this left")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write each variant's profiler table (3 calls) into this folder")
     args = parser.parse_args()
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
@@ -246,7 +275,11 @@ def main() -> int:
         else:
             begin = time.perf_counter()
             try:
-                row.update(measure(variant, model, pixels, reference, args, sync))
+                profile_to = None
+                if args.profile:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    profile_to = args.profile / f"e2e_rtdetr_{name}.txt"
+                row.update(measure(variant, model, pixels, reference, args, sync, profile_to))
             except Exception as err:  # noqa: BLE001 - one variant's failure ends only it
                 row["status"] = f"{type(err).__name__}: {err}"[:300]
                 torch._dynamo.reset()

@@ -31,6 +31,33 @@ def test_mode_goes_to_inductor_only_and_unknown_options_are_named():
         compile_wrapper(lambda x: x, {"modes": "default"})
 
 
+def test_matmul_precision_holds_for_the_compiled_call_only(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    seen = []
+
+    def probe(x):
+        seen.append(torch.get_float32_matmul_precision())
+        if x is None:
+            raise KeyError("inside")
+        return x
+
+    before = torch.get_float32_matmul_precision()
+    wrapped = compile_wrapper(probe, {"matmul_precision": "high"})
+    assert wrapped(1) == 1 and seen == ["high"]
+    assert torch.get_float32_matmul_precision() == before
+    with pytest.raises(KeyError, match="inside"):  # put back on errors too
+        wrapped(None)
+    assert torch.get_float32_matmul_precision() == before
+    compile_wrapper(probe, {})(2)  # the default leaves the process's precision alone
+    assert seen[-1] == before
+
+
+def test_matmul_precision_is_checked_when_the_group_is_built():
+    assert "matmul_precision" not in lazy.compile_options({"matmul_precision": "high"})
+    with pytest.raises(ValueError, match=r"matmul_precision must be one of .*got 'tf32'"):
+        compile_wrapper(lambda x: x, {"matmul_precision": "tf32"})
+
+
 def test_building_does_not_compile_first_call_does_once(monkeypatch):
     calls = []
 

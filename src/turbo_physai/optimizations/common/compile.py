@@ -13,6 +13,13 @@ Options (the group's ``options`` in the config; JSON values):
     default ``"inductor"``. ``"eager"`` or ``"aot_eager"`` run the graph capture without code
     generation: seconds instead of minutes, for debugging graph breaks and for tests.
     ``mode`` is an inductor setting and is passed only to inductor.
+``matmul_precision``
+    default ``None``: float32 matrix products as the process has them
+    (``torch.get_float32_matmul_precision()``, "highest" unless changed). ``"high"`` (TF32
+    tensor cores) or ``"medium"`` (bfloat16) hold for the compiled calls only, set before each
+    call and put back after it, so code outside keeps its precision: a deliberate trade of
+    float32 accuracy for speed (convolutions already use TF32 by PyTorch's default,
+    ``torch.backends.cudnn.allow_tf32``), hence opt-in.
 
 Unknown option names raise ``ValueError`` (so the group is blocked at check time, naming the
 option) rather than being ignored.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 DEFAULTS: Mapping[str, Any] = {
@@ -29,7 +37,9 @@ DEFAULTS: Mapping[str, Any] = {
     "fullgraph": False,
     "dynamic": None,
     "backend": "inductor",
+    "matmul_precision": None,
 }
+PRECISIONS = ("highest", "high", "medium")
 
 
 def compile_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,7 +50,37 @@ def compile_options(options: Mapping[str, Any]) -> dict[str, Any]:
     merged = {**DEFAULTS, **options}
     if merged["backend"] != "inductor":
         del merged["mode"]
+    del merged["matmul_precision"]  # not torch.compile's: the wrapper applies it per call
     return merged
+
+
+def matmul_precision(options: Mapping[str, Any]) -> str | None:
+    """The ``matmul_precision`` option, checked."""
+    precision = options.get("matmul_precision")
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(
+            f"compile option matmul_precision must be one of {list(PRECISIONS)} or null, "
+            f"got {precision!r}"
+        )
+    return precision
+
+
+class _MatmulPrecision(AbstractContextManager):
+    """float32 matmul precision set for a block and put back after it, also on errors."""
+
+    def __init__(self, precision: str):
+        self.precision = precision
+
+    def __enter__(self):
+        import torch
+
+        self.previous = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.precision)
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_float32_matmul_precision(self.previous)
 
 
 def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable[..., Any]:
@@ -51,6 +91,7 @@ def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable
     the second result is discarded, which is harmless.
     """
     kwargs = compile_options(options)
+    precision = matmul_precision(options)
     compiled: list[Callable[..., Any]] = []
 
     @functools.wraps(fn)
@@ -59,7 +100,8 @@ def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable
             import torch
 
             compiled.append(torch.compile(fn, **kwargs))
-        return compiled[0](*args, **kw)
+        with _MatmulPrecision(precision) if precision else nullcontext():
+            return compiled[0](*args, **kw)
 
     return compiled_on_first_call
 
