@@ -1,6 +1,7 @@
 """benchmarks/e2e_deformable_detr.py: Deformable DETR (ResNet-50, 800x1333), stock vs ours.
 
     PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
+        [--compile-layers MODE]
 
 Deformable DETR with a ResNet-50 backbone (transformers' own ResNet, random init: nothing is
 downloaded), batch 2, 800x1333, float32. "Ours" swaps transformers'
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
 
 import turbo_physai
 
@@ -61,7 +63,8 @@ def median_ms(fn, device, reps, warmup=3):
     return statistics.median(times)
 
 
-def measure(model, pixels, device, reps):
+def calls(model, pixels):
+    """(inference, training step) of the model on `pixels`."""
     def infer():
         with torch.no_grad():
             return model.eval()(pixel_values=pixels)
@@ -72,10 +75,45 @@ def measure(model, pixels, device, reps):
         out = model(pixel_values=pixels)
         (out.logits.sum() + out.pred_boxes.sum()).backward()
 
-    with torch.no_grad():
-        eval_out = model.eval()(pixel_values=pixels)
+    return infer, train_step
+
+
+def measure(model, pixels, device, reps):
+    infer, train_step = calls(model, pixels)
+    eval_out = infer()
     return {"inference_ms": median_ms(infer, device, reps),
             "train_step_ms": median_ms(train_step, device, reps)}, eval_out, train_step
+
+
+def measure_compiled_layers(model, pixels, device, reps, mode):
+    """The catalog's msda group plus its layer compile group: first-call (compile) seconds of
+    inference and of a training step, then the same figures as `measure`."""
+    msda, layers = "transformers.deformable_detr.msda", "transformers.deformable_detr.compile"
+    config = turbo_physai.OptimizationConfig.for_groups(
+        msda, layers, **{layers: {"mode": mode, "dynamic": False}})
+    counters = torch._dynamo.utils.counters
+    torch._dynamo.reset()
+    counters.clear()
+    turbo_physai.apply(config, strict=True)
+    try:
+        first_s = {}
+        for name, fn in zip(("inference", "train_step"), calls(model, pixels), strict=True):
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            first_s[name] = round(time.perf_counter() - start, 1)
+        figures, out, _ = measure(model, pixels, device, reps)
+    finally:
+        turbo_physai.rollback()
+    figures.update(first_call_s=first_s, mode=mode, graphs=counters["stats"]["unique_graphs"],
+                   graph_breaks=sum(counters["graph_break"].values()))
+    return figures, out
+
+
+def max_diff(a, b):
+    return max((a.logits - b.logits).abs().max().item(),
+               (a.pred_boxes - b.pred_boxes).abs().max().item())
 
 
 def profile_table(step, device, rows=25):
@@ -100,6 +138,9 @@ def main(argv=None):
     parser.add_argument("--json", type=Path,
                         default=Path("benchmarks/results/e2e_deformable_detr.json"))
     parser.add_argument("--profile", type=Path, default=None, help="write the profiler table here")
+    parser.add_argument("--compile-layers", metavar="MODE", default=None,
+                        help="also measure the catalog's transformers.deformable_detr.compile "
+                             "group (torch.compile mode MODE, e.g. default) on top of our op")
     args = parser.parse_args(argv)
     model = build_model(args.device)
     gen = torch.Generator().manual_seed(1)
@@ -112,13 +153,18 @@ def main(argv=None):
         table = profile_table(step, args.device)
     finally:
         turbo_physai.rollback()
-    diff = max((ours_out.logits - stock_out.logits).abs().max().item(),
-               (ours_out.pred_boxes - stock_out.pred_boxes).abs().max().item())
     result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-              "torch": torch.__version__, "command": " ".join(sys.argv),
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "command": " ".join(sys.argv),
               "shape": [args.batch, 3, args.height, args.width], "stock": stock, "ours": ours,
-              "max_abs_diff_logits_boxes": diff,
+              "max_abs_diff_logits_boxes": max_diff(ours_out, stock_out),
               "groups": [(g.id, g.status) for g in report.groups]}
+    if args.compile_layers:
+        compiled, compiled_out = measure_compiled_layers(model, pixels, args.device, args.reps,
+                                                         args.compile_layers)
+        result["ours_compiled_layers"] = {**compiled,
+                                          "max_abs_diff_logits_boxes": max_diff(compiled_out,
+                                                                                stock_out)}
     print(json.dumps(result, indent=1))
     print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
