@@ -14,4 +14,21 @@ def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
 
     return load(path)
 
-__all__ = ["SCHEMA", "ConfigError", "GroupSelection", "OptimizationConfig", "Trust", "load_config"]
+
+def shipped_configs() -> dict[str, os.PathLike[str]]:
+    """The configs shipped with the built-in catalogs, by ``metadata.id`` -> file: name one in a
+    config's ``extends``, or pass its file to check/apply."""
+    from .loader import shipped
+
+    return shipped()
+
+
+__all__ = [
+    "SCHEMA",
+    "ConfigError",
+    "GroupSelection",
+    "OptimizationConfig",
+    "Trust",
+    "load_config",
+    "shipped_configs",
+]

@@ -3,8 +3,10 @@
 ``extends`` entries are either file paths (anything ending in ``.yaml``/``.yml`` or containing a
 ``/``), relative to the file that names them, or config IDs (``metadata.id``, TurboPhysAI's
 form) looked up among the YAML files next to the referring file and in the directories of
-``TURBO_PHYSAI_CONFIG_PATH``. Parents are merged in the order listed, then the file itself on
-top (rules in :func:`_merge` and docs/config.md). A cycle is an error that shows the chain.
+``TURBO_PHYSAI_CONFIG_PATH``, then among the configs shipped with the built-in catalogs
+(:func:`shipped`; a file of the user's with the same ID wins). Parents are merged in the order
+listed, then the file itself on top (rules in :func:`_merge` and docs/config.md). A cycle is an
+error that shows the chain.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from .model import ConfigError, GroupSelection, OptimizationConfig, Trust
 from .schema import validate
 
 CONFIG_PATH_ENV = "TURBO_PHYSAI_CONFIG_PATH"
+#: Configs shipped with the built-in catalogs (package data).
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "catalogs" / "configs"
 
 
 def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
@@ -74,18 +78,34 @@ def _locate(entry: str, referrer: Path, line: int) -> Path:
     dirs = [referrer.parent] + [
         Path(d) for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d
     ]
-    found: list[Path] = []
-    for directory in dirs:
-        for candidate in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-            if candidate.resolve() not in found and _config_id(candidate) == entry:
-                found.append(candidate.resolve())
+    found = _with_id(entry, dirs)
     if len(found) > 1:
         raise ConfigError(f"{where}: config ID is declared by both {found[0]} and {found[1]}")
     if not found:
+        found = _with_id(entry, [SHIPPED_DIR])
+    if not found:
         raise ConfigError(
-            f"{where}: no config with metadata.id {entry!r} in {', '.join(str(d) for d in dirs)}"
+            f"{where}: no config with metadata.id {entry!r} in "
+            f"{', '.join(str(d) for d in dirs)} or among the shipped configs "
+            f"({', '.join(sorted(shipped())) or 'none'})"
         )
     return found[0]
+
+
+def _with_id(config_id: str, dirs: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for directory in dirs:
+        for candidate in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+            if candidate.resolve() not in found and _config_id(candidate) == config_id:
+                found.append(candidate.resolve())
+    return found
+
+
+def shipped() -> dict[str, Path]:
+    """The configs shipped with the built-in catalogs, by ``metadata.id``: usable in
+    ``extends`` by ID, or loaded directly with ``load_config(shipped()[id])``."""
+    files = sorted([*SHIPPED_DIR.glob("*.yaml"), *SHIPPED_DIR.glob("*.yml")])
+    return {config_id: path for path in files if (config_id := _config_id(path)) is not None}
 
 
 def _config_id(path: Path) -> Any:
