@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from tpa_msda_cases import CASES as BASE_CASES  # noqa: E402
 from tpa_msda_cases import LEVELS_5, make_inputs  # noqa: E402
+from tpa_msda_cases import forward_and_grads as grads  # noqa: E402
 
 from turbo_physai import _core, kernels  # noqa: E402
 from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference  # noqa: E402
@@ -26,15 +27,6 @@ def make(dtype=torch.float64, **kwargs):
 
 def as64(args):
     return [t.double() if t.is_floating_point() else t for t in args]
-
-
-def grads(fn, args, seed=1):
-    value, shapes, starts, loc, attn = [t.detach().clone() for t in args]
-    leaves = [t.requires_grad_() for t in (value, loc, attn)]
-    out = fn(value, shapes, starts, loc, attn)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed),
-                    dtype=torch.float64).to(out.dtype)
-    return out.detach(), torch.autograd.grad(out, leaves, g)
 
 
 

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 from tpa_msda_cases import LEVELS_5, RecordOps, make_inputs, spy_paths  # noqa: E402
+from tpa_msda_cases import forward_and_grads as run  # noqa: E402
 
 from turbo_physai.ops import ms_deform_attn  # noqa: E402
 from turbo_physai.ops.ms_deform_attn import _backward_op  # noqa: E402
@@ -23,15 +24,6 @@ BACKWARD_OP = "turbo_physai.ms_deform_attn_backward.default"
 
 def make(dtype=torch.float64, **kwargs):
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in make_inputs(**kwargs))
-
-
-def run(fn, args, seed=1):
-    value, shapes, starts, loc, attn = [t.detach().clone() for t in args]
-    leaves = [t.requires_grad_() for t in (value, loc, attn)]
-    out = fn(value, shapes, starts, loc, attn)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed),
-                    dtype=torch.float64).to(out.dtype)
-    return out.detach(), torch.autograd.grad(out, leaves, g)
 
 
 class _Passthrough(TorchFunctionMode):
