@@ -95,9 +95,9 @@ __device__ inline float unpack(const unsigned (&words)[4], int i) {
     } else {
         const auto bits = static_cast<unsigned short>(words[i / 2] >> (16 * (i & 1)));
         if constexpr (std::is_same_v<T, __half>)
-            return __half2float(__ushort_as_half(bits));
+            return to_float(__ushort_as_half(bits));
         else
-            return __bfloat162float(__ushort_as_bfloat16(bits));
+            return to_float(__ushort_as_bfloat16(bits));
     }
 }
 
@@ -130,9 +130,9 @@ __device__ inline unsigned bits_of(float v) {
     if constexpr (sizeof(T) == 4)
         return __float_as_uint(v);
     else if constexpr (std::is_same_v<T, __half>)
-        return __half_as_ushort(__float2half_rn(v));
+        return __half_as_ushort(from_float<__half>(v));
     else
-        return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        return __bfloat16_as_ushort(from_float<__nv_bfloat16>(v));
 }
 
 template <typename T, int VEC>
