@@ -190,7 +190,8 @@ def measure(variant: Variant, model, pixels, reference, args, sync,
                 profile_to.write_text(profile_table(lambda: fn(pixel_values=pixels), sync))
     finally:
         tpa.rollback()
-        model.to(memory_format=torch.contiguous_format)
+        if variant.channels_last:
+            model.to(memory_format=torch.contiguous_format)
     inductor = counters["inductor"]
     return {"status": "ok", "first_call_s": round(first_s, 2),
             "median_ms": statistics.median(times), "min_ms": min(times),
