@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
 DEFAULTS: Mapping[str, Any] = {
@@ -100,7 +100,9 @@ def lazy_compile(fn: Callable[..., Any], options: Mapping[str, Any]) -> Callable
             import torch
 
             compiled.append(torch.compile(fn, **kwargs))
-        with _MatmulPrecision(precision) if precision else nullcontext():
+        if precision is None:
+            return compiled[0](*args, **kw)
+        with _MatmulPrecision(precision):
             return compiled[0](*args, **kw)
 
     return compiled_on_first_call
