@@ -178,7 +178,7 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                    const Input &loc, const Input &attn, const Input &grad_out,
                    const Output &grad_value, const Output &grad_loc, const Output &grad_attn,
                    std::optional<Output> workspace, std::optional<Input> bound,
-                   std::uintptr_t stream) {
+                   std::optional<Output> flags, std::uintptr_t stream) {
     const auto [p, s] = check_cuda(value, shapes, starts, loc, attn);
     const char *like = "the dtype of value";
     expect_cuda_heads(grad_out, "grad_output", s, value);
@@ -194,7 +194,7 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
         expect_dense(*g, name);
     }
     // The workspace's dtype picks the accumulation: none (float32 only), float32 or int64.
-    cu::BackwardScratch scratch{cu::Accumulation::direct, nullptr, nullptr};
+    cu::BackwardScratch scratch{cu::Accumulation::direct, nullptr, nullptr, nullptr};
     if (workspace) {
         const bool fixed = workspace->dtype() == nb::dtype<std::int64_t>();
         expect_array(*workspace, "workspace", s.value, "the shape of value",
@@ -202,12 +202,19 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                      value);
         expect_dense(*workspace, "workspace");
         scratch = {fixed ? cu::Accumulation::fixed_point : cu::Accumulation::float_workspace,
-                   workspace->data(), nullptr};
+                   workspace->data(), nullptr, nullptr};
         if (fixed) {
-            if (!bound)
-                throw nb::value_error("bound: an int64 workspace needs the bound scalar");
-            expect_array(*bound, "bound", {}, "a scalar", nb::dtype<float>(), "float32", value);
-            scratch.bound = static_cast<const float *>(bound->data());
+            if (!bound || !flags)
+                throw nb::value_error("bound, flags: an int64 workspace needs both");
+            expect_array(*bound, "bound", {}, "a scalar", nb::dtype<double>(), "float64", value);
+            std::int64_t elements = 1;
+            for (const std::int64_t size : s.value)
+                elements *= size;
+            expect_array(*flags, "flags", {(elements + 7) / 8}, "(value.numel() + 7) // 8",
+                         nb::dtype<std::int32_t>(), "int32", value);
+            expect_dense(*flags, "flags");
+            scratch.bound = static_cast<const double *>(bound->data());
+            scratch.flags = static_cast<unsigned *>(flags->data());
         }
     } else if (p.dtype != cu::Dtype::float32) {
         throw nb::value_error("workspace: float16/bfloat16 need a float32 or int64 workspace");
@@ -244,10 +251,13 @@ void bind_ms_deform_attn(nb::module_ &m) {
           nb::arg("spatial_shapes"), nb::arg("level_start_index"), nb::arg("sampling_locations"),
           nb::arg("attention_weights"), nb::arg("grad_output"), nb::arg("grad_value"),
           nb::arg("grad_sampling_locations"), nb::arg("grad_attention_weights"),
-          nb::arg("workspace").none(), nb::arg("bound").none(), nb::arg("stream"),
+          nb::arg("workspace").none(), nb::arg("bound").none(), nb::arg("flags").none(),
+          nb::arg("stream"),
           "Enqueue the backward on `stream`, overwriting the three gradients. workspace (value's "
           "shape): None (float32, float atomics into grad_value), float32 (float atomics, then a "
-          "cast) or int64 (deterministic fixed point; bound = max|grad_output| * sum|weights|).");
+          "cast) or int64 (deterministic fixed point; bound: float64 scalar = max|finite "
+          "grad_output| * sum|finite weights|; flags: int32 ((value.numel() + 7) // 8,), "
+          "overwritten, for the non-finite terms).");
 #endif
 }
 

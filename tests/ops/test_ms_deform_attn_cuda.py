@@ -111,7 +111,7 @@ def test_every_output_element_is_written():
     torch.testing.assert_close(out.view(2, 5, 64), ms_deform_attn(value, shapes, starts, loc, attn))
     poisoned = [torch.full_like(t, float("nan")) for t in (value, loc, attn)]
     _core.ms_deform_attn_backward_cuda(value, shapes, starts, loc, attn, out, *poisoned, None,
-                                       None, stream)
+                                       None, None, stream)
     assert all(torch.isfinite(g).all() for g in poisoned)
 
 
@@ -170,6 +170,39 @@ def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path):
             assert torch.equal(a, b)
     for mine, ref in zip(runs[0], (r_value, r_loc, r_attn), strict=True):
         close(mine, ref, GRAD_TOL[dtype])
+
+
+def non_finite_inputs(dtype):
+    """Inputs and a grad_output with +Inf, -Inf and NaN entries, and an infinite attention weight:
+    some value elements get terms of both infinities (queries 3 and 4 share corners of the
+    4x3 + 2x2 map), most get only finite ones."""
+    args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4, dtype=dtype)
+    g = torch.randn(2, 64, 64, generator=torch.Generator().manual_seed(3)).to(args[0])
+    g[0, 3, 5], g[0, 4, 5], g[1, 10, 40], g[0, 20, 7] = float("inf"), -float("inf"), \
+        -float("inf"), float("nan")
+    args[4][1, 30, 1, 0, 2] = float("inf")
+    return args, g
+
+
+@pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
+def test_deterministic_backward_gives_non_finite_sums_as_float_atomics_do(dtype):
+    # Before the flags, one Inf made the fixed-point scale unusable: every finite element of
+    # grad_value lost its fraction.
+    args, g = non_finite_inputs(dtype)
+    _, default = forward_backward("fast", args, g)
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [forward_backward("fast", args, g)[1] for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    mine, theirs = runs[0][0], default[0]
+    for kind in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert torch.equal(kind(mine), kind(theirs)), kind.__name__
+    finite = torch.isfinite(theirs)
+    assert 0 < (~finite).sum() < finite.sum() // 4  # the case is neither trivial nor all lost
+    close(mine[finite], theirs[finite].cpu().double(), GRAD_TOL[dtype])
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -5,7 +5,7 @@
 // gradients (reduced over the group's lanes by shuffles in a fixed order, then written by the lane
 // that prepared the point, so those stores are coalesced), and the corners'
 // value gradients are added with atomics, float (sm_90: one 16-byte red.global.add.v4.f32 per
-// lane and corner) or, in the deterministic mode, 64-bit fixed point.
+// lane and corner) or, in the deterministic mode, 64-bit fixed point plus non-finite flags.
 #include "ms_deform_attn/cuda_common.cuh"
 
 namespace turbo_physai::kernels::msda::cuda {
@@ -18,21 +18,25 @@ struct BackwardArgs {
     Shape s;
     Layout layout;
     const T *value, *loc, *attn, *grad_out;
-    void *acc;           ///< float (float atomics) or long long (fixed point), value's shape
-    const float *bound;  ///< fixed point only
+    void *acc;            ///< float (float atomics) or long long (fixed point), value's shape
+    const double *bound;  ///< fixed point only
+    unsigned *flags;      ///< fixed point only
     T *grad_loc, *grad_attn;
 };
 
-/// 2^(62 - e) for bound < 2^e: no sum of terms whose magnitudes add up to at most `bound` can
-/// reach 2^62, so the int64 accumulators never overflow. A power of two: scaling is exact.
-__device__ inline double fixed_point_scale(const float *bound) {
-    const float b = *bound;
-    if (!(b > 0.f) || !isfinite(b))
-        return 1.0;  // zero gradients (nothing to scale), or non-finite ones (lost either way)
+/// 2^(62 - e) for bound < 2^e: no sum of finite terms whose magnitudes add up to at most `bound`
+/// can reach 2^62, so the int64 accumulators never overflow. A power of two: scaling is exact.
+__device__ inline double fixed_point_scale(const double *bound) {
+    const double b = *bound;
+    if (!(b > 0.0) || !isfinite(b))
+        return 1.0;  // no finite non-zero term: nothing to scale
     int e;
-    frexpf(b, &e);
+    frexp(b, &e);
     return ldexp(1.0, 62 - e);
 }
+
+/// A non-finite term's bit in its element's 4-bit flags (8 elements per 32-bit word).
+constexpr unsigned kPositiveInf = 1, kNegativeInf = 2, kNaN = 4;
 
 // float4 atomicAdd (red.global.add.v4.f32) exists from sm_90 on; older targets add one float at a time.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -41,18 +45,17 @@ constexpr bool kFloat4Atomics = true;
 constexpr bool kFloat4Atomics = false;
 #endif
 
-/// The accumulator's element type.
+/// Where the value gradient's terms go: float atomics into float32 sums...
 template <bool kFixed>
-using Acc = std::conditional_t<kFixed, unsigned long long, float>;
+struct Sums {
+    float *sums;
 
-template <bool kFixed, int VEC>
-__device__ inline void add_row(Acc<kFixed> *p, float coef, const float (&g)[VEC], double scale) {
-    if constexpr (kFixed) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i)  // two's complement: wrapping unsigned adds are signed adds
-            atomicAdd(p + i, static_cast<unsigned long long>(
-                                 __double2ll_rn(static_cast<double>(coef * g[i]) * scale)));
-    } else {
+    /// Adds coef * g to the VEC elements from value[n, row, m, c], given the element index
+    /// `column` of value[n, 0, m, c] and a value row's `row_elements`.
+    template <int VEC>
+    __device__ void add(std::int64_t column, int row, unsigned row_elements, float coef,
+                        const float (&g)[VEC]) const {
+        float *p = row_at(sums + column, row, row_elements * sizeof(float));
         if constexpr (kFloat4Atomics && VEC % 4 == 0) {
 #pragma unroll
             for (int i = 0; i < VEC; i += 4)
@@ -65,6 +68,42 @@ __device__ inline void add_row(Acc<kFixed> *p, float coef, const float (&g)[VEC]
                 atomicAdd(p + i, coef * g[i]);
         }
     }
+};
+
+/// ...or, deterministic, fixed-point integer atomics for finite terms and OR-ed flags for the
+/// others (an Inf or NaN has no fixed-point value, and must not make the scale unusable).
+template <>
+struct Sums<true> {
+    unsigned long long *sums;
+    unsigned *flags;
+    double scale;
+
+    template <int VEC>
+    __device__ void add(std::int64_t column, int row, unsigned row_elements, float coef,
+                        const float (&g)[VEC]) const {
+        unsigned long long *p = row_at(sums + column, row, row_elements * sizeof(*sums));
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            const float term = coef * g[i];
+            if (isfinite(term)) {  // two's complement: wrapping unsigned adds are signed adds
+                atomicAdd(p + i, static_cast<unsigned long long>(
+                                     __double2ll_rn(static_cast<double>(term) * scale)));
+            } else {
+                const std::int64_t e = (p - sums) + i;
+                const unsigned bit =
+                    isnan(term) ? kNaN : (term > 0.f ? kPositiveInf : kNegativeInf);
+                atomicOr(flags + e / 8, bit << (4 * (e % 8)));
+            }
+        }
+    }
+};
+
+template <typename T, bool kFixed>
+__device__ inline Sums<kFixed> make_sums(const BackwardArgs<T> &a) {
+    if constexpr (kFixed)
+        return {static_cast<unsigned long long *>(a.acc), a.flags, fixed_point_scale(a.bound)};
+    else
+        return {static_cast<float *>(a.acc)};
 }
 
 constexpr size_t kTablesBytes = warp_tables_bytes<Point, PointGrad, float4>();
@@ -82,7 +121,8 @@ template <typename T, int VEC, bool kFixed>
 __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &pt,
                                          const PointGrad &pg, std::int64_t column,
                                          unsigned row_elements, const T *grad_row,
-                                         const float (&g0)[VEC], int r, double scale) {
+                                         const float (&g0)[VEC], int r,
+                                         const Sums<kFixed> &sums) {
     float d_weight = 0.f, d_x = 0.f, d_y = 0.f;
     const std::int64_t D = a.s.channels;
     const std::int64_t chunk_width = static_cast<std::int64_t>(a.layout.lanes_per_row) * VEC;
@@ -99,7 +139,6 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
             load<T, VEC>(grad_row + c, g);
         }
         const T *value = a.value + column + c;
-        Acc<kFixed> *acc = static_cast<Acc<kFixed> *>(a.acc) + column + c;
         float v[4][VEC];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -114,8 +153,8 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
             // A corner outside the map read a clamped neighbour's row: it adds nothing, to the
             // value gradient or to any derivative.
             if (pg.inside >> k & 1u)
-                add_row<kFixed, VEC>(row_at(acc, pt.row[k], row_elements * sizeof(*acc)),
-                                     pg.attn * pt.weight[k], g, scale);
+                sums.template add<VEC>(column + c, pt.row[k], row_elements,
+                                       pg.attn * pt.weight[k], g);
             else
                 dot[k] = 0.f;
             d_weight += pt.weight[k] * dot[k];
@@ -144,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
-    const double scale = kFixed ? fixed_point_scale(a.bound) : 1.0;
+    const Sums<kFixed> sums = make_sums<T, kFixed>(a);
     const Layout &lay = a.layout;
     const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
@@ -182,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                     if (mine && points_of[at].row[0] >= 0)
                         d = point_gradients<T, VEC, kFixed>(a, points_of[at], grads_of[at],
                                                             column, row_elements, grad_row, g0,
-                                                            ln.r, scale);
+                                                            ln.r, sums);
                     // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
                     for (int offset = lay.lanes_per_row >> 1; offset > 0; offset >>= 1) {
                         d.x += __shfl_xor_sync(kFullMask, d.x, offset);
@@ -207,18 +246,31 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
 }
 
-/// grad_value = accumulator cast to T (fixed point: divided by the scale first).
+/// The IEEE sum of an element whose terms included the non-finite ones in `flags` (non-zero).
+__device__ inline float non_finite_sum(unsigned flags) {
+    const bool nan = (flags & kNaN) || flags == (kPositiveInf | kNegativeInf);
+    return nan ? __int_as_float(0x7fc00000) : __int_as_float(flags == kPositiveInf ? 0x7f800000
+                                                                                 : 0xff800000);
+}
+
+/// grad_value = accumulator cast to T (fixed point: divided by the scale first, unless a flag
+/// says the sum is non-finite).
 template <typename T, bool kFixed>
-__global__ void __launch_bounds__(kThreads) finish_kernel(const void *acc, const float *bound,
-                                                          T *grad_value, std::int64_t total) {
+__global__ void __launch_bounds__(kThreads)
+    finish_kernel(const void *acc, const double *bound, const unsigned *flags, T *grad_value,
+                  std::int64_t total) {
     const double inverse = kFixed ? 1.0 / fixed_point_scale(bound) : 1.0;
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
          i < total; i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-        if constexpr (kFixed)
-            grad_value[i] = from_float<T>(static_cast<float>(
-                static_cast<double>(static_cast<const long long *>(acc)[i]) * inverse));
-        else
+        if constexpr (kFixed) {
+            const unsigned f = flags[i / 8] >> (4 * (i % 8)) & 0xfu;
+            grad_value[i] = from_float<T>(
+                f ? non_finite_sum(f)
+                  : static_cast<float>(
+                        static_cast<double>(static_cast<const long long *>(acc)[i]) * inverse));
+        } else {
             grad_value[i] = from_float<T>(static_cast<const float *>(acc)[i]);
+        }
     }
 }
 
@@ -231,6 +283,11 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     if (total > 0) {
         if (const cudaError_t err = cudaMemsetAsync(a.acc, 0, acc_bytes, stream))
             return err;
+        if (kFixed) {
+            const size_t flag_bytes = static_cast<size_t>((total + 7) / 8) * sizeof(unsigned);
+            if (const cudaError_t err = cudaMemsetAsync(a.flags, 0, flag_bytes, stream))
+                return err;
+        }
     }
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (rows > 0 && p.channels > 0) {
@@ -248,7 +305,8 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     }
     if (total > 0 && a.acc != grad_value) {
         const int blocks = blocks_for((total + 31) / 32);
-        finish_kernel<T, kFixed><<<blocks, kThreads, 0, stream>>>(a.acc, a.bound, grad_value, total);
+        finish_kernel<T, kFixed>
+            <<<blocks, kThreads, 0, stream>>>(a.acc, a.bound, a.flags, grad_value, total);
     }
     return cudaGetLastError();
 }
@@ -269,6 +327,7 @@ cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const
                       static_cast<const T *>(grad_out),
                       acc,
                       scratch.bound,
+                      scratch.flags,
                       static_cast<T *>(grad_loc),
                       static_cast<T *>(grad_attn)};
     if (scratch.accumulation == Accumulation::fixed_point)

@@ -43,16 +43,22 @@ enum class Accumulation {
     /// float atomics into a float32 workspace shaped like value, then cast to the value dtype
     /// (float16/bfloat16: float32 accumulation).
     float_workspace,
-    /// Deterministic: each term becomes a 64-bit fixed-point integer with a power-of-two scale taken
-    /// from `bound` (>= the largest possible |sum|), integer atomics add them (integer addition is
-    /// associative, so the result does not depend on the order), then one pass scales back.
+    /// Deterministic: each finite term becomes a 64-bit fixed-point integer with a power-of-two
+    /// scale taken from `bound` (>= the largest possible |sum| of finite terms), integer atomics
+    /// add them (integer addition is associative, so the result does not depend on the order),
+    /// then one pass scales back. Non-finite terms set per-element flags instead (+inf, -inf,
+    /// NaN; OR is associative too), which that pass turns into the IEEE sum: NaN if any term was
+    /// NaN or both infinities occurred, else the infinity.
     fixed_point,
 };
 
 struct BackwardScratch {
     Accumulation accumulation;
-    void *workspace;     ///< value's shape; float32 (float_workspace) or int64 (fixed_point)
-    const float *bound;  ///< device scalar, fixed_point only: max|grad_output| * sum|weights|
+    void *workspace;      ///< value's shape; float32 (float_workspace) or int64 (fixed_point)
+    const double *bound;  ///< device scalar, fixed_point only: max|finite grad_output| *
+                          ///< sum|finite weights|
+    unsigned *flags;      ///< fixed_point only: (value's element count + 7) / 8 words, 4 bits
+                          ///< per element; zeroed by backward()
 };
 
 /// Overwrites grad_value (N,S,M,D), grad_sampling_locations and grad_attention_weights from

@@ -21,6 +21,7 @@ from turbo_physai.ops._dlpack import capsules
 _to_dlpack = torch._C._to_dlpack
 _INT64 = torch.int64
 _FLOAT32 = torch.float32
+_FLOAT64 = torch.float64
 _REDUCED = (torch.float16, torch.bfloat16)
 
 
@@ -134,14 +135,20 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
     return out
 
 
+def _finite_norm(t: torch.Tensor, order: float) -> torch.Tensor:
+    # Inf and NaN terms are flagged by the kernel instead; they must not reach the bound (an
+    # infinite bound leaves no usable scale for the finite terms).
+    finite = torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.linalg.vector_norm(finite, order, dtype=_FLOAT64)
+
+
 def _fixed_point_bound(grad_output, attention_weights):
-    # max|grad_output| * sum|weights| bounds every grad_value element's sum of terms (each point
-    # touches an element through at most one corner, with a bilinear weight <= 1).
+    # max|grad_output| * sum|weights| over finite entries bounds every grad_value element's sum of
+    # finite terms (each point touches an element through at most one corner, with a bilinear
+    # weight <= 1). float64: the product of two large float32 norms must not overflow.
     if grad_output.numel() == 0 or attention_weights.numel() == 0:
-        return torch.zeros((), dtype=_FLOAT32, device=grad_output.device)
-    inf = float("inf")
-    return (torch.linalg.vector_norm(grad_output, inf, dtype=_FLOAT32)
-            * torch.linalg.vector_norm(attention_weights, 1, dtype=_FLOAT32))
+        return torch.zeros((), dtype=_FLOAT64, device=grad_output.device)
+    return _finite_norm(grad_output, float("inf")) * _finite_norm(attention_weights, 1)
 
 
 def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
@@ -152,14 +159,15 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
         check_grad_output(grad_output, value, sampling_locations)
     grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
     grad_output = _dense(grad_output)
-    workspace = bound = None
+    workspace = bound = flags = None
     if torch.are_deterministic_algorithms_enabled():
         workspace = value.new_empty(value.shape, dtype=_INT64)
         bound = _fixed_point_bound(grad_output, attention_weights)
+        flags = value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32)
     elif value.dtype is not _FLOAT32:
         workspace = value.new_empty(value.shape, dtype=_FLOAT32)
     _core.ms_deform_attn_backward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), _to_dlpack(grad_output), *map(_to_dlpack, grads),
-        *capsules(workspace, bound), _stream(value))
+        *capsules(workspace, bound, flags), _stream(value))
     return grads

@@ -35,7 +35,9 @@ or without ``torch.use_deterministic_algorithms`` (each gradient element has one
 The CUDA forward is always deterministic; the CUDA backward adds value gradients with float
 atomics unless ``torch.are_deterministic_algorithms_enabled()``, when it adds them as 64-bit
 fixed-point integers (order-independent, so bit-identical run after run) scaled from
-``max|grad_output| * sum|attention_weights|``, a bound on any sum.
+``max|grad_output| * sum|attention_weights|`` over finite entries, a bound on any sum of finite
+terms; Inf and NaN terms set per-element flags, so such an element gets the IEEE sum (NaN, or the
+infinity) as with float atomics, and the finite elements keep their full precision.
 On CUDA the level metadata (``spatial_shapes``, ``level_start_index``) is not read on the host
 (that would synchronize the stream): a level that does not fit inside ``value`` is read as empty
 (zeros) instead of raising as on the CPU.
