@@ -143,6 +143,20 @@ def test_bad_level_metadata_reads_no_memory_outside_value():
     torch.testing.assert_close(out, good)
 
 
+def test_warps_that_loop_over_several_query_tiles():
+    # The grid holds at most a few blocks per SM (cuda_common.cuh's TPA_MSDA_BLOCKS_PER_SM, 16);
+    # with one head and 8 warps of one query each (18 points: one row per warp), 64 blocks per SM
+    # worth of queries makes every warp take several tiles, the last one partly filled.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    lq = sms * 64 * 8 + 37
+    args = make(n=1, lq=lq, levels=((5, 3), (2, 2)), m=1, d=4, p=9)
+    out, (g_value, g_loc, g_attn) = grads(args)
+    ref_out, (r_value, r_loc, r_attn) = grads(cpu64(args))
+    close(out, ref_out, OUT_TOL[torch.float32])
+    for mine, ref in ((g_value, r_value), (g_loc, r_loc), (g_attn, r_attn)):
+        close(mine, ref, GRAD_TOL[torch.float32])
+
+
 def test_rows_beyond_32_bit_indexing_are_refused():
     # M*D = 2^29 + 2^18 float16 channels (1 GiB, uninitialised): a value row's stride in bytes
     # would not fit the kernels' 32 bits, so the binding refuses it before any launch.
