@@ -130,7 +130,8 @@ def calls(device: str) -> dict[str, object]:
     suffix = "_cuda" if device == "cuda" else ""
     forward = getattr(_core, "ms_deform_attn_forward" + suffix)
     backward = getattr(_core, "ms_deform_attn_backward" + suffix)
-    no_scratch = (None, None) if device == "cuda" else ()  # float32: no workspace, no bound
+    # float32: no workspace, bound or flags
+    no_scratch = (None, None, None) if device == "cuda" else ()
 
     def binding_forward():
         forward(*map(to_dlpack, (value, shapes, starts, loc, weights, out4)), *tail)
