@@ -255,13 +255,14 @@ def test_compile_groups_keep_the_op_in_one_graph(op_calls):
 
 
 @pytest.mark.parametrize("group_id", ["transformers.rt_detr.compile",
-                                      "transformers.rt_detr.compile_model"])
-def test_rt_detr_compile_groups_run_fullgraph_and_roll_back(group_id, op_calls):
+                                      "transformers.rt_detr.compile_model",
+                                      "transformers.deformable_detr.compile_model"])
+def test_compile_groups_run_fullgraph_and_roll_back(group_id, op_calls):
     """aot_eager traces forward and backward; fullgraph=True raises on any graph break."""
     group = next(g for g in catalog.GROUPS if g.id == group_id)
     namespace, attr = _target(group)
     original = namespace[attr]
-    built = _scrambled("rt_detr")
+    built = _scrambled(group_id.split(".")[1])
     # The whole model is one graph. The decoder layers share theirs, but with autograd on the
     # first layer's input is detached (RT-DETR's query selection) and the others' is not: two.
     graphs = 1 if group_id.endswith("compile_model") else 2
