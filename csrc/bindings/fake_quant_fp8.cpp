@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "fake_quant_fp8/fake_quant_fp8.h"
 #ifdef TPA_WITH_CUDA
+#include "cuda_device.h"
 #include "fake_quant_fp8/fake_quant_fp8_cuda.h"
 #endif
 
@@ -84,6 +85,7 @@ void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uin
     if (x.device_id() != scale.device_id() || x.device_id() != out.device_id())
         throw nb::value_error("fake_quant_fp8: x, scale and out must be on the same CUDA device");
     const FakeQuantFp8Args args = describe(x, scale, out);
+    const CudaDeviceGuard on_device(x.device_id());
     const cudaError_t err =
         kernels::fake_quant_fp8_cuda(args, reinterpret_cast<cudaStream_t>(stream));
     if (err != cudaSuccess)

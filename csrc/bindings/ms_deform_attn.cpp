@@ -20,6 +20,7 @@
 #include "msda_checks.h"
 #include "ms_deform_attn/ms_deform_attn.h"
 #ifdef TPA_WITH_CUDA
+#include "cuda_device.h"
 #include "ms_deform_attn/ms_deform_attn_cuda.h"
 #endif
 
@@ -169,6 +170,7 @@ void forward_cuda(const Input &value, const Input &shapes, const Input &starts, 
                   const Input &attn, const Output &out, std::uintptr_t stream) {
     const auto [p, s] = check_cuda(value, shapes, starts, loc, attn);
     expect_cuda_heads(out, "output", s, value);
+    const CudaDeviceGuard on_device(value.device_id());
     raise_on(cu::forward(p, value.data(), loc.data(), attn.data(), out.data(),
                          reinterpret_cast<cudaStream_t>(stream)),
              "ms_deform_attn_forward_cuda");
@@ -219,6 +221,7 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
     } else if (p.dtype != cu::Dtype::float32) {
         throw nb::value_error("workspace: float16/bfloat16 need a float32 or int64 workspace");
     }
+    const CudaDeviceGuard on_device(value.device_id());
     raise_on(cu::backward(p, value.data(), loc.data(), attn.data(), grad_out.data(),
                           grad_value.data(), grad_loc.data(), grad_attn.data(), scratch,
                           reinterpret_cast<cudaStream_t>(stream)),

@@ -247,3 +247,16 @@ def test_cuda_kernel_runs_on_the_current_stream_and_in_graphs():
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise(static_out, reference.fake_quant_fp8_forward(x, s))
+
+
+@needs_cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_kernel_runs_on_the_tensors_gpu_not_the_current_one():
+    # torch leaves cuda:0 current for a tensor on cuda:1; the binding switches for the launch
+    x = torch.randn(64, 128, device="cuda:1") * 300
+    s = torch.rand(64, device="cuda:1") + 0.1
+    assert torch.cuda.current_device() == 0
+    got = kernels.fake_quant_fp8(x, s)
+    assert torch.cuda.current_device() == 0
+    assert got.device == x.device
+    assert_bitwise(got.cpu(), reference.fake_quant_fp8_forward(x.cpu(), s.cpu()))

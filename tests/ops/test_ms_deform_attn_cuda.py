@@ -236,6 +236,28 @@ def test_runs_on_the_callers_stream(path):
         torch.testing.assert_close(mine, ref)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("path", PATHS)
+def test_tensors_on_a_gpu_that_is_not_the_current_device(path, deterministic):
+    # torch leaves cuda:0 current for tensors on cuda:1: the bindings switch device for the
+    # launch (else it would run on cuda:0 with cuda:1's stream and pointers) and switch back.
+    args = make(d=32)
+    g = torch.randn(2, 5, 64, device="cuda")
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        expected, expected_grads = forward_backward(path, args, g)
+        assert torch.cuda.current_device() == 0
+        out, grads_ = forward_backward(path, [t.to("cuda:1") for t in args], g.to("cuda:1"))
+        assert torch.cuda.current_device() == 0
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert out.device == torch.device("cuda:1")
+    torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=0, atol=0)  # deterministic
+    for mine, ref in zip(grads_, expected_grads, strict=True):
+        torch.testing.assert_close(mine.cpu(), ref.cpu())
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_cuda_graph_capture_and_replay(path):
     args = make(d=32)

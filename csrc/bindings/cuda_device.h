@@ -1,0 +1,43 @@
+// csrc/bindings/cuda_device.h: CUDA launches on the device that holds their arrays.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace turbo_physai::bindings {
+
+/// Makes `device` the calling thread's current CUDA device for the guard's lifetime and restores
+/// the previous one after. A kernel launches on the current device, which torch does not switch
+/// for a tensor on another GPU (cuda:1 while cuda:0 is current); without this, such a call would
+/// launch on the wrong GPU with the other GPU's stream and pointers. No device switch (a driver
+/// call) when `device` is already current, the usual case.
+class CudaDeviceGuard {
+public:
+    explicit CudaDeviceGuard(int device) {
+        check(cudaGetDevice(&previous_));
+        if (previous_ != device) {
+            check(cudaSetDevice(device));
+            switched_ = true;
+        }
+    }
+    ~CudaDeviceGuard() {
+        if (switched_)
+            cudaSetDevice(previous_);  // a destructor cannot report; the launch already did
+    }
+    CudaDeviceGuard(const CudaDeviceGuard &) = delete;
+    CudaDeviceGuard &operator=(const CudaDeviceGuard &) = delete;
+
+private:
+    static void check(cudaError_t err) {
+        if (err != cudaSuccess)
+            throw std::runtime_error(std::string("selecting the arrays' CUDA device: ") +
+                                     cudaGetErrorString(err));
+    }
+
+    int previous_ = 0;
+    bool switched_ = false;
+};
+
+}  // namespace turbo_physai::bindings
