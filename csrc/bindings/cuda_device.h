@@ -9,10 +9,10 @@
 namespace turbo_physai::bindings {
 
 /// Makes `device` the calling thread's current CUDA device for the guard's lifetime and restores
-/// the previous one after. A kernel launches on the current device, which torch does not switch
-/// for a tensor on another GPU (cuda:1 while cuda:0 is current); without this, such a call would
-/// launch on the wrong GPU with the other GPU's stream and pointers. No device switch (a driver
-/// call) when `device` is already current, the usual case.
+/// the previous one after. torch does not switch devices for a tensor on another GPU (cuda:1
+/// while cuda:0 is current), and the CUDA Programming Guide says a launch into a stream of a
+/// device that is not current fails (CUDA 13 on H200s ran it anyway); device queries such as the
+/// SM count also read the current device. No switch (a driver call) when `device` is current.
 class CudaDeviceGuard {
 public:
     explicit CudaDeviceGuard(int device) {
