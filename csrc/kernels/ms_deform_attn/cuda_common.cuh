@@ -252,8 +252,9 @@ inline int multiprocessors() {
 }
 
 /// Blocks per SM the grid holds at most: a few waves of resident blocks (4 per SM in the
-/// forward, 3 in the backward). 32 measured 2-4% faster than 16 and 8% faster than 8 on the H200
-/// (encoder shape), and one block per query tile slowest.
+/// forward, 3 in the backward). On the H200 (encoder shape, GPU time) 32 measured 5% faster
+/// forward than 16 and 12% faster than 8 (fwd+bwd 1% and 8%), and 7% faster than one block per
+/// query tile.
 constexpr std::int64_t kBlocksPerSM = 32;
 
 /// At most kBlocksPerSM blocks per SM; the warps loop over the remaining query tiles, so a
