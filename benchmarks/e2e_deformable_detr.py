@@ -11,8 +11,8 @@ implementation (CUDA kernel on a GPU, C++ kernel on the CPU). Figures: median an
 time of inference (``no_grad``, eval mode) and of a training step (train mode: forward, then
 backward of ``logits.sum() + pred_boxes.sum()``; no optimizer step), synchronized per
 iteration; the largest difference of logits and boxes between the two in eval mode; and a
-profiler table of one training step with ours (where the remaining time goes). Default device: cuda if there is a GPU, else cpu
-(with smaller --batch/--height/--width for a catalog check).
+profiler table of one training step with ours (where the remaining time goes). Default device:
+cuda if there is a GPU, else cpu (with smaller --batch/--height/--width for a catalog check).
 """
 
 from __future__ import annotations
