@@ -115,6 +115,30 @@ def test_every_output_element_is_written():
     assert all(torch.isfinite(g).all() for g in poisoned)
 
 
+def test_the_deterministic_scratch_is_checked_by_the_binding():
+    value, shapes, starts, loc, attn = make(d=32)
+    grad_output = torch.randn(2, 5, 64, device="cuda")
+    grads = [torch.empty_like(t) for t in (value, loc, attn)]
+    workspace = torch.empty(value.shape, dtype=torch.int64, device="cuda")
+    bound = torch.full((), 1e6, dtype=torch.float64, device="cuda")  # above any sum here
+    flags = torch.empty(((value.numel() + 7) // 8,), dtype=torch.int32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def backward(bound, flags):
+        _core.ms_deform_attn_backward_cuda(value, shapes, starts, loc, attn, grad_output, *grads,
+                                           workspace, bound, flags, stream)
+
+    with pytest.raises(ValueError, match="bound, flags: an int64 workspace needs both"):
+        backward(bound, None)
+    with pytest.raises(TypeError, match="bound: expected dtype torch.float64"):
+        backward(bound.float(), flags)
+    with pytest.raises(ValueError, match="flags: expected shape"):
+        backward(bound, flags[:-1])
+    backward(bound, flags)  # well formed: runs
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
 @pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])
 def test_empty_sizes(shape):
     args = make(**shape)
