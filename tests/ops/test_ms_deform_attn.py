@@ -102,6 +102,27 @@ def test_empty_batch_and_no_queries():
         assert torch.equal(g[0], torch.zeros_like(g[0]))
 
 
+def test_non_finite_grad_output_gives_the_ieee_value_gradient():
+    # +Inf and -Inf reaching one value element sum to NaN, one of them to the infinity; the rest
+    # stays finite. (Location and weight gradients can be NaN where grid_sample's are +-Inf: the
+    # kernels difference per-corner dot products, docs/ops.md.)
+    value, shapes, starts, loc, attn = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=8, p=4)
+    g = torch.randn(2, 64, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    g[0, 3, 5], g[0, 4, 5], g[1, 10, 12], g[0, 20, 7] = (float("inf"), -float("inf"),
+                                                         -float("inf"), float("nan"))
+    grads_of = []
+    for fn in (ms_deform_attn, ms_deform_attn_reference):
+        leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
+        out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
+        grads_of.append(torch.autograd.grad(out, leaves[0], g)[0])
+    mine, ref = grads_of
+    for kind in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert torch.equal(kind(mine), kind(ref)), kind.__name__
+    finite = torch.isfinite(ref)
+    assert 0 < (~finite).sum() < finite.sum() // 4
+    torch.testing.assert_close(mine[finite], ref[finite])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_poisoned_outputs_are_fully_written(dtype):
     value, shapes, starts, loc, attn = make(d=5, levels=LEVELS_5, dtype=dtype, seed=3)
