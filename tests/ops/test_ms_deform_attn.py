@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tpa_msda_cases import CASES as BASE_CASES  # noqa: E402
-from tpa_msda_cases import LEVELS_5, make_inputs  # noqa: E402
+from tpa_msda_cases import LEVELS_5, make_inputs, non_finite_agree, with_non_finite  # noqa: E402
 from tpa_msda_cases import forward_and_grads as grads  # noqa: E402
 
 from turbo_physai import _core, kernels  # noqa: E402
@@ -106,20 +106,12 @@ def test_non_finite_grad_output_gives_the_ieee_value_gradient():
     # +Inf and -Inf reaching one value element sum to NaN, one of them to the infinity; the rest
     # stays finite. (Location and weight gradients can be NaN where grid_sample's are +-Inf: the
     # kernels difference per-corner dot products, docs/ops.md.)
-    value, shapes, starts, loc, attn = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=8, p=4)
-    g = torch.randn(2, 64, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    g[0, 3, 5], g[0, 4, 5], g[1, 10, 12], g[0, 20, 7] = (float("inf"), -float("inf"),
-                                                         -float("inf"), float("nan"))
-    grads_of = []
-    for fn in (ms_deform_attn, ms_deform_attn_reference):
-        leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
-        out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
-        grads_of.append(torch.autograd.grad(out, leaves[0], g)[0])
-    mine, ref = grads_of
-    for kind in (torch.isnan, torch.isposinf, torch.isneginf):
-        assert torch.equal(kind(mine), kind(ref)), kind.__name__
-    finite = torch.isfinite(ref)
-    assert 0 < (~finite).sum() < finite.sum() // 4
+    args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=8, p=4)
+    g = with_non_finite(torch.randn(2, 64, 16, generator=torch.Generator().manual_seed(3),
+                                    dtype=torch.float64))
+    _, (mine, _, _) = grads(ms_deform_attn, args, grad_output=g)
+    _, (ref, _, _) = grads(ms_deform_attn_reference, args, grad_output=g)
+    finite = non_finite_agree(mine, ref)
     torch.testing.assert_close(mine[finite], ref[finite])
 
 
