@@ -209,9 +209,7 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
             if (!bound || !flags)
                 throw nb::value_error("bound, flags: an int64 workspace needs both");
             expect_array(*bound, "bound", {}, "a scalar", nb::dtype<double>(), "float64", value);
-            std::int64_t elements = 1;
-            for (const std::int64_t size : s.value)
-                elements *= size;
+            const auto elements = static_cast<std::int64_t>(value.size());
             expect_array(*flags, "flags", {(elements + 7) / 8}, "(value.numel() + 7) // 8",
                          nb::dtype<std::int32_t>(), "int32", value);
             expect_dense(*flags, "flags");

@@ -38,6 +38,9 @@ __device__ inline double fixed_point_scale(const double *bound) {
 /// A non-finite term's bit in its element's 4-bit flags (8 elements per 32-bit word).
 constexpr unsigned kPositiveInf = 1, kNegativeInf = 2, kNaN = 4;
 
+/// Where element e's flags lie: word e / 8, from bit `flags_shift(e)`.
+__device__ inline unsigned flags_shift(std::int64_t e) { return 4 * static_cast<unsigned>(e % 8); }
+
 // float4 atomicAdd (red.global.add.v4.f32) exists from sm_90 on; older targets add one float at a time.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 constexpr bool kFloat4Atomics = true;
@@ -92,7 +95,7 @@ struct Sums<true> {
                 const std::int64_t e = (p - sums) + i;
                 const unsigned bit =
                     isnan(term) ? kNaN : (term > 0.f ? kPositiveInf : kNegativeInf);
-                atomicOr(flags + e / 8, bit << (4 * (e % 8)));
+                atomicOr(flags + e / 8, bit << flags_shift(e));
             }
         }
     }
@@ -178,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     Point *points_of = reinterpret_cast<Point *>(smem) + warp * 32;
     PointGrad *grads_of = reinterpret_cast<PointGrad *>(smem + warp_tables_bytes<Point>()) +
                           warp * 32;
-    float4 *sums_of = reinterpret_cast<float4 *>(smem + warp_tables_bytes<Point, PointGrad>()) +
-                      warp * 32;
+    float4 *totals_of = reinterpret_cast<float4 *>(smem + warp_tables_bytes<Point, PointGrad>()) +
+                        warp * 32;
     Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
@@ -229,16 +232,16 @@ __global__ void __launch_bounds__(kThreads, 3)
                         d.z += __shfl_xor_sync(kFullMask, d.z, offset);
                     }
                     if (ln.r == 0 && mine)
-                        sums_of[at] = make_float4(d.x, d.y, d.z, 0.f);
+                        totals_of[at] = make_float4(d.x, d.y, d.z, 0.f);
                 }
                 __syncwarp();
                 if (prepares) {  // each lane writes its own point's gradients: coalesced
-                    const float4 sums = sums_of[ln.lane];
+                    const float4 totals = totals_of[ln.lane];
                     const std::int64_t at =
                         h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k;
-                    a.grad_attn[at] = from_float<T>(sums.x);
-                    a.grad_loc[2 * at] = from_float<T>(scale_x * sums.y);
-                    a.grad_loc[2 * at + 1] = from_float<T>(scale_y * sums.z);
+                    a.grad_attn[at] = from_float<T>(totals.x);
+                    a.grad_loc[2 * at] = from_float<T>(scale_x * totals.y);
+                    a.grad_loc[2 * at + 1] = from_float<T>(scale_y * totals.z);
                 }
                 __syncwarp();  // the tables are rewritten for the next 32 points
             }
@@ -263,7 +266,7 @@ __global__ void __launch_bounds__(kThreads)
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
          i < total; i += static_cast<std::int64_t>(gridDim.x) * kThreads) {
         if constexpr (kFixed) {
-            const unsigned f = flags[i / 8] >> (4 * (i % 8)) & 0xfu;
+            const unsigned f = flags[i / 8] >> flags_shift(i) & 0xfu;
             grad_value[i] = from_float<T>(
                 f ? non_finite_sum(f)
                   : static_cast<float>(
