@@ -195,13 +195,27 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
         expect_array(*g, name, *shape, source, value.dtype(), like, value);
         expect_dense(*g, name);
     }
-    // The workspace's dtype picks the accumulation: none (float32 only), float32 or int64.
+    // The sort's temporary bytes depend on the device's architecture: ask on value's device.
+    const CudaDeviceGuard on_device(value.device_id());
+    // The workspace's dtype picks the accumulation: none (float32 only), float32, int64 or
+    // uint8 (sorted).
     cu::BackwardScratch scratch{cu::Accumulation::direct, nullptr, nullptr, nullptr};
-    if (workspace) {
+    if (workspace && workspace->dtype() == nb::dtype<std::uint8_t>()) {
+        const std::size_t bytes = cu::sorted_scratch_bytes(p);
+        if (bytes == 0)
+            throw nb::value_error("workspace: the sorted accumulation indexes entries and rows "
+                                  "with 32 bits; this problem needs the int64 workspace");
+        expect_array(*workspace, "workspace", {static_cast<std::int64_t>(bytes)},
+                     "ms_deform_attn_sorted_workspace_bytes", nb::dtype<std::uint8_t>(), "uint8",
+                     value);
+        if (reinterpret_cast<std::uintptr_t>(workspace->data()) % 256 != 0)
+            throw nb::value_error("workspace: the sorted accumulation needs 256-byte alignment");
+        scratch = {cu::Accumulation::sorted, workspace->data(), nullptr, nullptr};
+    } else if (workspace) {
         const bool fixed = workspace->dtype() == nb::dtype<std::int64_t>();
         expect_array(*workspace, "workspace", s.value, "the shape of value",
-                     fixed ? nb::dtype<std::int64_t>() : nb::dtype<float>(), "float32 or int64",
-                     value);
+                     fixed ? nb::dtype<std::int64_t>() : nb::dtype<float>(),
+                     "float32, int64 or uint8", value);
         expect_dense(*workspace, "workspace");
         scratch = {fixed ? cu::Accumulation::fixed_point : cu::Accumulation::float_workspace,
                    workspace->data(), nullptr, nullptr};
@@ -219,11 +233,24 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
     } else if (p.dtype != cu::Dtype::float32) {
         throw nb::value_error("workspace: float16/bfloat16 need a float32 or int64 workspace");
     }
-    const CudaDeviceGuard on_device(value.device_id());
     raise_on(cu::backward(p, value.data(), loc.data(), attn.data(), grad_out.data(),
                           grad_value.data(), grad_loc.data(), grad_attn.data(), scratch,
                           reinterpret_cast<cudaStream_t>(stream)),
              "ms_deform_attn_backward_cuda");
+}
+
+/// The sorted accumulation's workspace bytes for these sizes; 0 when it does not apply (entries or
+/// rows beyond 32-bit indexing: the int64 workspace then).
+std::size_t sorted_workspace_bytes(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
+                                   std::int64_t channels, std::int64_t queries,
+                                   std::int64_t levels, std::int64_t points, int device) {
+    for (const std::int64_t size : {batch, value_len, heads, channels, queries, levels, points})
+        if (size < 0)
+            throw nb::value_error("ms_deform_attn_sorted_workspace_bytes: sizes must be >= 0");
+    const cu::Problem p{batch, value_len, heads, channels, queries, levels, points,
+                        nullptr, nullptr, cu::Dtype::float32};
+    const CudaDeviceGuard on_device(device);
+    return cu::sorted_scratch_bytes(p);
 }
 #endif
 
@@ -258,7 +285,13 @@ void bind_ms_deform_attn(nb::module_ &m) {
           "shape): None (float32, float atomics into grad_value), float32 (float atomics, then a "
           "cast) or int64 (deterministic fixed point; bound: float64 scalar = max|finite "
           "grad_output| * sum|finite weights|; flags: int32 ((value.numel() + 7) // 8,), "
-          "overwritten, for the non-finite terms).");
+          "overwritten, for the non-finite terms) or uint8 (deterministic by sorting; "
+          "ms_deform_attn_sorted_workspace_bytes(...) bytes, 256-byte aligned).");
+    m.def("ms_deform_attn_sorted_workspace_bytes", &sorted_workspace_bytes, nb::arg("batch"),
+          nb::arg("value_len"), nb::arg("heads"), nb::arg("channels"), nb::arg("queries"),
+          nb::arg("levels"), nb::arg("points"), nb::arg("device"),
+          "Bytes of the uint8 workspace of the sorted deterministic backward (N, S, M, D, Lq, "
+          "L, P) on CUDA device `device`; 0 if the problem needs the int64 workspace instead.");
 #endif
 }
 

@@ -92,8 +92,18 @@ def test_forward_and_gradients_match_float64(case, dtype, path):
         close(mine, ref, GRAD_TOL[dtype])
 
 
+@pytest.fixture(params=["sorted", "fixed_point"])
+def accumulation(request, monkeypatch):
+    """The deterministic backward's two ways of summing grad_value: sorted entries (what every
+    problem within 32-bit entry indexing gets) and the int64 fixed-point workspace (the rest;
+    forced here by reporting that the sorted workspace does not apply)."""
+    if request.param == "fixed_point":
+        monkeypatch.setattr(_core, "ms_deform_attn_sorted_workspace_bytes", lambda *a: 0)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
-def test_each_path_is_taken_and_both_agree_bit_for_bit(dtype, monkeypatch):
+def test_each_path_is_taken_and_both_agree_bit_for_bit(dtype, monkeypatch, accumulation):
     args = make(dtype=dtype, d=32)
     counts = spy_paths(monkeypatch)
     fast = ms_deform_attn(*args)
@@ -144,6 +154,77 @@ def test_the_deterministic_scratch_is_checked_by_the_binding():
     backward(bound, flags)  # well formed: runs
     torch.cuda.synchronize()
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_the_sorted_workspace_is_checked_by_the_binding():
+    value, shapes, starts, loc, attn = make(d=32)
+    grad_output = torch.randn(2, 5, 64, device="cuda")
+    grads = [torch.full_like(t, float("nan")) for t in (value, loc, attn)]
+    n, s, m, d = value.shape
+    nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, 5, 2, 3, 0)
+    room = torch.empty(nbytes + 256, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def backward(workspace):
+        _core.ms_deform_attn_backward_cuda(value, shapes, starts, loc, attn, grad_output, *grads,
+                                           workspace, None, None, stream)
+
+    with pytest.raises(ValueError, match="workspace: expected shape"):
+        backward(room[: nbytes - 1])
+    with pytest.raises(ValueError, match="256-byte alignment"):
+        backward(room[1 : nbytes + 1])
+    backward(room[:nbytes])  # well formed: runs and writes every gradient
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(g).all() for g in grads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, expected = forward_backward("fast", [value, shapes, starts, loc, attn], grad_output)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for mine, ref in zip(grads, expected, strict=True):
+        assert torch.equal(mine, ref)
+
+
+def test_the_sorted_workspace_covers_32_bit_entry_indexing_only():
+    # N*Lq*M*L*P*4 entries: 2^31 - 4 fit, 2^31 do not (the int64 workspace then); no allocation.
+    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, 2**29 - 1, 1, 1, 0) > 0
+    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, 2**29, 1, 1, 0) == 0
+    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 2**31, 1, 32, 1, 1, 1, 0) == 0
+    with pytest.raises(ValueError, match="sizes must be >= 0"):
+        _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, -1, 1, 1, 0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_deterministic_backward_matches_float64_in_every_case(case, accumulation):
+    args = make(**CASES[case])
+    _, refs = grads(cpu64(args))
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [grads(args)[1] for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    for mine, ref in zip(runs[0], refs, strict=True):
+        close(mine, ref, GRAD_TOL[torch.float32])
+
+
+def test_deterministic_backward_when_one_value_row_takes_every_point(accumulation):
+    # Every point of a head at one place: each of its four corner rows gets a run of 100 * 5
+    # entries, far longer than the lanes that read a batch of them (and not a multiple of it),
+    # next to rows no entry touches.
+    args = make(n=3, lq=100, levels=((3, 4),), m=2, d=32, p=5)
+    args[3].fill_(0.5 / 3)  # pixel (x, y) = (1/6, 0): weight on corners (0, 0) and (1, 0)
+    _, refs = grads(cpu64(args))
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [grads(args)[1] for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    for mine, ref in zip(runs[0], refs, strict=True):
+        close(mine, ref, GRAD_TOL[torch.float32])
 
 
 @pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])
@@ -202,7 +283,7 @@ def test_rows_beyond_32_bit_indexing_are_refused():
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
-def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path):
+def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path, accumulation):
     args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4, dtype=dtype)
     _, (r_value, r_loc, r_attn) = grads(cpu64(args))
     torch.use_deterministic_algorithms(True)
@@ -227,9 +308,9 @@ def non_finite_inputs(dtype):
 
 
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
-def test_deterministic_backward_gives_non_finite_sums_as_float_atomics_do(dtype):
-    # Before the flags, one Inf made the fixed-point scale unusable: every finite element of
-    # grad_value lost its fraction.
+def test_deterministic_backward_gives_non_finite_sums_as_float_atomics_do(dtype, accumulation):
+    # Fixed point: before the flags, one Inf made the scale unusable (every finite element of
+    # grad_value lost its fraction). Sorted: float sums, IEEE by construction.
     args, g = non_finite_inputs(dtype)
     _, default = forward_backward("fast", args, g)
     torch.use_deterministic_algorithms(True)
@@ -283,29 +364,38 @@ def test_tensors_on_a_gpu_that_is_not_the_current_device(path, deterministic):
         torch.testing.assert_close(mine.cpu(), ref.cpu())
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("path", PATHS)
-def test_cuda_graph_capture_and_replay(path):
+def test_cuda_graph_capture_and_replay(path, deterministic):
     args = make(d=32)
     value, shapes, starts, loc, attn = args
     g = torch.randn(2, 5, 64, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside capture, as torch asks
-        forward_backward(path, args, g)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, grads_ = forward_backward(path, args, g)
-    for seed in (3, 4):
-        fresh = make(d=32, seed=seed)
-        for dst, src in zip((value, loc, attn), (fresh[0], fresh[3], fresh[4]), strict=True):
-            dst.copy_(src)
-        graph.replay()
-        torch.cuda.synchronize()
-        expected, expected_grads = forward_backward(path, args, g)
-        torch.testing.assert_close(out, expected)
-        for mine, ref in zip(grads_, expected_grads, strict=True):
-            torch.testing.assert_close(mine, ref)
+    torch.use_deterministic_algorithms(deterministic)  # the sorted backward: a sort in the graph
+    try:
+        with torch.cuda.stream(side):  # warm-up outside capture, as torch asks
+            forward_backward(path, args, g)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out, grads_ = forward_backward(path, args, g)
+        for seed in (3, 4):
+            fresh = make(d=32, seed=seed)
+            for dst, src in zip((value, loc, attn), (fresh[0], fresh[3], fresh[4]),
+                                strict=True):
+                dst.copy_(src)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected, expected_grads = forward_backward(path, args, g)
+            torch.testing.assert_close(out, expected, rtol=0, atol=0)
+            for mine, ref in zip(grads_, expected_grads, strict=True):
+                if deterministic:
+                    assert torch.equal(mine, ref)
+                else:
+                    torch.testing.assert_close(mine, ref)
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def test_transformers_function_with_a_shape_list_under_graph_capture(monkeypatch):

@@ -5,8 +5,10 @@
 // gradients (reduced over the group's lanes by shuffles in a fixed order, then written by the lane
 // that prepared the point, so those stores are coalesced), and the corners'
 // value gradients are added with atomics, float (sm_90: one 16-byte red.global.add.v4.f32 per
-// lane and corner) or, in the deterministic mode, 64-bit fixed point plus non-finite flags.
+// lane and corner) or 64-bit fixed point plus non-finite flags (deterministic), or recorded as
+// entries that sorted_sums.cu sorts and sums (deterministic, the faster of the two).
 #include "ms_deform_attn/cuda_common.cuh"
+#include "ms_deform_attn/sorted_sums.cuh"
 
 namespace turbo_physai::kernels::msda::cuda {
 namespace {
@@ -22,7 +24,11 @@ struct BackwardArgs {
     const double *bound;  ///< fixed point only
     unsigned *flags;      ///< fixed point only
     T *grad_loc, *grad_attn;
+    SortedScratch sorted;  ///< sorted only
 };
+
+/// How grad_value is summed (Accumulation, with the float workspace's atomics as `atomics`).
+enum class Mode { atomics, fixed_point, sorted };
 
 /// 2^(62 - e) for bound < 2^e: no sum of finite terms whose magnitudes add up to at most `bound`
 /// can reach 2^62, so the int64 accumulators never overflow. A power of two: scaling is exact.
@@ -49,7 +55,7 @@ constexpr bool kFloat4Atomics = false;
 #endif
 
 /// Where the value gradient's terms go: float atomics into float32 sums...
-template <bool kFixed>
+template <Mode kMode>
 struct Sums {
     float *sums;
 
@@ -76,7 +82,7 @@ struct Sums {
 /// ...or, deterministic, fixed-point integer atomics for finite terms and OR-ed flags for the
 /// others (an Inf or NaN has no fixed-point value, and must not make the scale unusable).
 template <>
-struct Sums<true> {
+struct Sums<Mode::fixed_point> {
     unsigned long long *sums;
     unsigned *flags;
     double scale;
@@ -101,10 +107,43 @@ struct Sums<true> {
     }
 };
 
-template <typename T, bool kFixed>
-__device__ inline Sums<kFixed> make_sums(const BackwardArgs<T> &a) {
-    if constexpr (kFixed)
+/// ...or nothing at once: each point's four corners become entries of the sorted sums (its
+/// preparing lane records them, `record`), which sum_sorted turns into grad_value.
+template <>
+struct Sums<Mode::sorted> {
+    unsigned *keys, *ids;
+    float *coef;
+    std::int64_t rows;
+
+    template <int VEC>
+    __device__ void add(std::int64_t, int, unsigned, float, const float (&)[VEC]) const {}
+
+    /// Point `at` (the index of its weight) of head h: entries 4*at.. in corner order; a corner
+    /// outside the map gets the key `rows`, which sorts after every row and is never summed.
+    __device__ void record(std::int64_t at, const Point &pt, const PointGrad &pg, const Head &h,
+                           const Shape &s) const {
+        unsigned key[4];
+        float c[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            key[k] = static_cast<unsigned>(pg.inside >> k & 1u
+                                               ? (h.n * s.value_len + pt.row[k]) * s.heads + h.m
+                                               : rows);
+            c[k] = pg.attn * pt.weight[k];
+        }
+        const auto first = static_cast<unsigned>(4 * at);
+        reinterpret_cast<uint4 *>(keys)[at] = make_uint4(key[0], key[1], key[2], key[3]);
+        reinterpret_cast<uint4 *>(ids)[at] = make_uint4(first, first + 1, first + 2, first + 3);
+        reinterpret_cast<float4 *>(coef)[at] = make_float4(c[0], c[1], c[2], c[3]);
+    }
+};
+
+template <typename T, Mode kMode>
+__device__ inline Sums<kMode> make_sums(const BackwardArgs<T> &a) {
+    if constexpr (kMode == Mode::fixed_point)
         return {static_cast<unsigned long long *>(a.acc), a.flags, fixed_point_scale(a.bound)};
+    else if constexpr (kMode == Mode::sorted)
+        return {a.sorted.keys, a.sorted.ids, a.sorted.coef, a.sorted.rows};
     else
         return {static_cast<float *>(a.acc)};
 }
@@ -120,12 +159,12 @@ constexpr int kWide = 4;
 /// One point's share of the gradients on this lane's channels (every chunk of them): adds the
 /// value gradient of its corners with atomics and returns the lane's parts of d weight, d x, d y.
 /// `column`: value[n, 0, m, r*VEC] as an element index (of value and of the accumulator).
-template <typename T, int VEC, bool kFixed>
+template <typename T, int VEC, Mode kMode>
 __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &pt,
                                          const PointGrad &pg, std::int64_t column,
                                          unsigned row_elements, const T *grad_row,
                                          const float (&g0)[VEC], int r,
-                                         const Sums<kFixed> &sums) {
+                                         const Sums<kMode> &sums) {
     float d_weight = 0.f, d_x = 0.f, d_y = 0.f;
     const std::int64_t D = a.s.channels;
     const std::int64_t chunk_width = static_cast<std::int64_t>(a.layout.lanes_per_row) * VEC;
@@ -173,7 +212,7 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
 
 // 3 blocks of 8 warps per SM (at most 80 registers), measured 7-16% faster fwd+bwd in float32
 // than the compiler's choice of 2 (H200, issue 6 shapes).
-template <typename T, int VEC, bool kFixed>
+template <typename T, int VEC, Mode kMode>
 __global__ void __launch_bounds__(kThreads, 3)
     backward_kernel(BackwardArgs<T> a) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -186,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
-    const Sums<kFixed> sums = make_sums<T, kFixed>(a);
+    const Sums<kMode> sums = make_sums<T, kMode>(a);
     const Layout &lay = a.layout;
     const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
@@ -213,6 +252,9 @@ __global__ void __launch_bounds__(kThreads, 3)
                                       base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
                     points_of[ln.lane] = pt;
                     grads_of[ln.lane] = pg;
+                    if constexpr (kMode == Mode::sorted)  // (hoisting this index spills)
+                        sums.record(h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k, pt,
+                                    pg, h, a.s);
                     scale_x = pg.attn * static_cast<float>(lv.w);
                     scale_y = pg.attn * static_cast<float>(lv.h);
                 }
@@ -222,9 +264,9 @@ __global__ void __launch_bounds__(kThreads, 3)
                     const bool mine = own_valid && j < count;
                     float3 d = make_float3(0.f, 0.f, 0.f);
                     if (mine && points_of[at].row[0] >= 0)
-                        d = point_gradients<T, VEC, kFixed>(a, points_of[at], grads_of[at],
-                                                            column, row_elements, grad_row, g0,
-                                                            ln.r, sums);
+                        d = point_gradients<T, VEC, kMode>(a, points_of[at], grads_of[at],
+                                                           column, row_elements, grad_row, g0,
+                                                           ln.r, sums);
                     // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
                     for (int offset = lay.lanes_per_row >> 1; offset > 0; offset >>= 1) {
                         d.x += __shfl_xor_sync(kFullMask, d.x, offset);
@@ -277,13 +319,14 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <typename T, bool kFixed>
+template <typename T, Mode kMode>
 cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value,
                    cudaStream_t stream) {
+    constexpr bool kFixed = kMode == Mode::fixed_point;
     const std::int64_t total = p.batch * p.value_len * p.heads * p.channels;
     const std::int64_t rows = p.batch * p.queries * p.heads;
-    const size_t acc_bytes = static_cast<size_t>(total) * (kFixed ? 8 : 4);
-    if (total > 0) {
+    if (total > 0 && kMode != Mode::sorted) {
+        const size_t acc_bytes = static_cast<size_t>(total) * (kFixed ? 8 : 4);
         if (const cudaError_t err = cudaMemsetAsync(a.acc, 0, acc_bytes, stream))
             return err;
         if (kFixed) {
@@ -295,9 +338,9 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (rows > 0 && p.channels > 0) {
         if (wide)
-            backward_kernel<T, kWide, kFixed><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+            backward_kernel<T, kWide, kMode><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
         else
-            backward_kernel<T, 1, kFixed><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+            backward_kernel<T, 1, kMode><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     } else if (rows > 0) {
         // D = 0: no channel to read, but every weight and location gradient is still written.
         const size_t loc_bytes = static_cast<size_t>(rows * p.levels * p.points) * sizeof(T);
@@ -305,6 +348,11 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
             return err;
         if (const cudaError_t err = cudaMemsetAsync(a.grad_loc, 0, 2 * loc_bytes, stream))
             return err;
+    }
+    if constexpr (kMode == Mode::sorted) {
+        if (const cudaError_t err = cudaGetLastError())
+            return err;
+        return sum_sorted<T>(p, a.sorted, a.grad_out, grad_value, stream);
     }
     if (total > 0 && a.acc != grad_value) {
         const int blocks = blocks_for((total + 31) / 32);
@@ -318,7 +366,10 @@ template <typename T>
 cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const void *attn,
                      const void *grad_out, void *grad_value, void *grad_loc, void *grad_attn,
                      const BackwardScratch &scratch, cudaStream_t stream) {
-    void *acc = scratch.accumulation == Accumulation::direct ? grad_value : scratch.workspace;
+    const Accumulation how = scratch.accumulation;
+    void *acc = how == Accumulation::direct ? grad_value
+              : how == Accumulation::sorted ? nullptr
+                                            : scratch.workspace;
     constexpr std::size_t kBytes = kWide * sizeof(T);
     const bool wide = p.channels % kWide == 0 && aligned(value, kBytes) &&
                       aligned(grad_out, kBytes) && aligned(acc, 16);
@@ -332,10 +383,16 @@ cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const
                       scratch.bound,
                       scratch.flags,
                       static_cast<T *>(grad_loc),
-                      static_cast<T *>(grad_attn)};
-    if (scratch.accumulation == Accumulation::fixed_point)
-        return launch<T, true>(p, a, wide, static_cast<T *>(grad_value), stream);
-    return launch<T, false>(p, a, wide, static_cast<T *>(grad_value), stream);
+                      static_cast<T *>(grad_attn),
+                      {}};
+    auto *out = static_cast<T *>(grad_value);
+    switch (how) {
+    case Accumulation::fixed_point: return launch<T, Mode::fixed_point>(p, a, wide, out, stream);
+    case Accumulation::sorted:
+        sorted_layout(p, scratch.workspace, a.sorted);
+        return launch<T, Mode::sorted>(p, a, wide, out, stream);
+    default: return launch<T, Mode::atomics>(p, a, wide, out, stream);
+    }
 }
 
 }  // namespace
@@ -346,7 +403,7 @@ cudaError_t backward(const Problem &p, const void *value, const void *sampling_l
                      const BackwardScratch &scratch, cudaStream_t stream) {
     if (scratch.accumulation == Accumulation::direct && p.dtype != Dtype::float32)
         return cudaErrorInvalidValue;  // float atomics need a float32 target
-    if (!fits_int_indexing(p))
+    if (!fits_int_indexing(p) || (scratch.accumulation == Accumulation::sorted && !fits_sorted(p)))
         return cudaErrorInvalidValue;
     const auto run = [&](auto zero) {
         using T = decltype(zero);

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace turbo_physai::kernels::msda::cuda {
@@ -50,11 +51,29 @@ enum class Accumulation {
     /// NaN; OR is associative too), which that pass turns into the IEEE sum: NaN if any term was
     /// NaN or both infinities occurred, else the infinity.
     fixed_point,
+    /// Deterministic, faster: every (point, corner) becomes an entry (grad_value row, index,
+    /// coefficient) in `workspace` (sorted_scratch_bytes(p) bytes), a stable radix sort groups the
+    /// entries by row, and a gather pass sums each row's terms in their original order. Bit-
+    /// reproducible, IEEE sums for non-finite terms; needs fits_sorted(p).
+    sorted,
 };
+
+/// Whether the sorted accumulation indexes `p` with 32 bits: its N*Lq*M*L*P*4 entries and
+/// N*S*M rows below 2^31.
+inline bool fits_sorted(const Problem &p) {
+    constexpr std::int64_t kLimit = std::int64_t{1} << 31;
+    return p.batch * p.queries * p.heads * p.levels * p.points * 4 < kLimit &&
+           p.batch * p.value_len * p.heads < kLimit;
+}
+
+/// Bytes of the workspace of Accumulation::sorted for `p` (entries, their sorted copies, the
+/// rows' first entries and the sort's temporary storage).
+std::size_t sorted_scratch_bytes(const Problem &p);
 
 struct BackwardScratch {
     Accumulation accumulation;
-    void *workspace;      ///< value's shape; float32 (float_workspace) or int64 (fixed_point)
+    void *workspace;      ///< value's shape; float32 (float_workspace) or int64 (fixed_point);
+                          ///< sorted: sorted_scratch_bytes(p) bytes, 256-byte aligned
     const double *bound;  ///< device scalar, fixed_point only: max|finite grad_output| *
                           ///< sum|finite weights|
     unsigned *flags;      ///< fixed_point only: (value's element count + 7) / 8 words, 4 bits

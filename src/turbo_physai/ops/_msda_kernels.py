@@ -151,6 +151,24 @@ def _fixed_point_bound(grad_output, attention_weights):
     return _finite_norm(grad_output, float("inf")) * _finite_norm(attention_weights, 1)
 
 
+def _deterministic_scratch(grad_output, value, sampling_locations, attention_weights):
+    """(workspace, bound, flags) of a deterministic backward: a uint8 workspace for the sorted
+    accumulation (bit-reproducible float sums), or, for problems beyond its 32-bit entry
+    indexing, the int64 fixed-point workspace with its bound and non-finite flags."""
+    n, s, m, d = value.shape
+    _, lq, _, levels, points, _ = sampling_locations.shape
+    nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
+                                                         value.get_device())
+    if nbytes:
+        # A bare storage: torch.empty would fill it (deterministic mode fills new tensors), a pass
+        # over hundreds of MB that the kernels overwrite before reading.
+        storage = torch.UntypedStorage(nbytes, device=value.device)
+        return torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage), None, None
+    return (value.new_empty(value.shape, dtype=_INT64),
+            _fixed_point_bound(grad_output, attention_weights),
+            value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32))
+
+
 def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
                   level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                   attention_weights: torch.Tensor
@@ -161,9 +179,8 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
     grad_output = _dense(grad_output)
     workspace = bound = flags = None
     if torch.are_deterministic_algorithms_enabled():
-        workspace = value.new_empty(value.shape, dtype=_INT64)
-        bound = _fixed_point_bound(grad_output, attention_weights)
-        flags = value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32)
+        workspace, bound, flags = _deterministic_scratch(grad_output, value, sampling_locations,
+                                                         attention_weights)
     elif value.dtype is not _FLOAT32:
         workspace = value.new_empty(value.shape, dtype=_FLOAT32)
     _core.ms_deform_attn_backward_cuda(
