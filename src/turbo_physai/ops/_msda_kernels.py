@@ -153,17 +153,23 @@ def _fixed_point_bound(grad_output, attention_weights):
 
 def _deterministic_scratch(grad_output, value, sampling_locations, attention_weights):
     """(workspace, bound, flags) of a deterministic backward: a uint8 workspace for the sorted
-    accumulation (bit-reproducible float sums), or, for problems beyond its 32-bit entry
-    indexing, the int64 fixed-point workspace with its bound and non-finite flags."""
+    accumulation (bit-reproducible float sums), or the int64 fixed-point workspace with its bound
+    and non-finite flags for problems beyond the sorted path's 32-bit entry indexing, and when
+    its workspace (about 20 bytes per point and corner) does not fit in memory."""
     n, s, m, d = value.shape
     _, lq, _, levels, points, _ = sampling_locations.shape
     nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
                                                          value.get_device())
     if nbytes:
-        # A bare storage: torch.empty would fill it (deterministic mode fills new tensors), a pass
-        # over hundreds of MB that the kernels overwrite before reading.
-        storage = torch.UntypedStorage(nbytes, device=value.device)
-        return torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage), None, None
+        try:
+            # A bare storage: torch.empty would fill it (deterministic mode fills new tensors), a
+            # pass over hundreds of MB that the kernels overwrite before reading.
+            storage = torch.UntypedStorage(nbytes, device=value.device)
+        except torch.OutOfMemoryError:
+            pass  # the fixed-point path needs 8 bytes per element of value instead
+        else:
+            workspace = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage)
+            return workspace, None, None
     return (value.new_empty(value.shape, dtype=_INT64),
             _fixed_point_bound(grad_output, attention_weights),
             value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32))

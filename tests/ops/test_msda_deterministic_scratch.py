@@ -1,0 +1,73 @@
+"""tests/ops/test_msda_deterministic_scratch.py: which workspace the deterministic CUDA backward
+gets (ops/_msda_kernels.py); the kernels themselves are tested in test_ms_deform_attn_cuda.py.
+
+Runs on the CPU: the choice is plain Python around the binding's size query, which is replaced
+here, so no GPU (or CUDA build) is needed.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tpa_msda_cases import make_inputs  # noqa: E402
+
+from turbo_physai import _core  # noqa: E402
+from turbo_physai.ops import _msda_kernels  # noqa: E402
+
+
+@pytest.fixture
+def inputs():
+    value, _, _, loc, attn = make_inputs(n=2, lq=5, m=2, d=4, p=3)
+    grad_output = torch.randn(2, 5, 8, dtype=torch.float64)
+    return grad_output, value, loc, attn
+
+
+def report_sorted_bytes(monkeypatch, nbytes):
+    calls = []
+
+    def query(*sizes):
+        calls.append(sizes)
+        return nbytes
+
+    monkeypatch.setattr(_core, "ms_deform_attn_sorted_workspace_bytes", query, raising=False)
+    return calls
+
+
+def test_the_sorted_workspace_when_the_binding_sizes_one(inputs, monkeypatch):
+    calls = report_sorted_bytes(monkeypatch, 4096)
+    workspace, bound, flags = _msda_kernels._deterministic_scratch(*inputs)
+    assert workspace.dtype == torch.uint8 and workspace.shape == (4096,)
+    assert bound is None and flags is None
+    # N, S, M, D of value, Lq, L, P of the locations, and the device (-1: the CPU here).
+    assert calls == [(2, 42, 2, 4, 5, 2, 3, -1)]
+
+
+def test_the_fixed_point_workspace_beyond_32_bit_entries(inputs, monkeypatch):
+    report_sorted_bytes(monkeypatch, 0)
+    workspace, bound, flags = _msda_kernels._deterministic_scratch(*inputs)
+    value = inputs[1]
+    assert workspace.dtype == torch.int64 and workspace.shape == value.shape
+    assert bound.dtype == torch.float64 and bound.shape == ()
+    assert flags.dtype == torch.int32 and flags.shape == ((value.numel() + 7) // 8,)
+
+
+def test_the_fixed_point_workspace_when_the_sorted_one_does_not_fit(inputs, monkeypatch):
+    report_sorted_bytes(monkeypatch, 4096)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("no room for the sorted workspace")
+
+    monkeypatch.setattr(torch, "UntypedStorage", out_of_memory)
+    workspace, bound, flags = _msda_kernels._deterministic_scratch(*inputs)
+    assert workspace.dtype == torch.int64 and bound is not None and flags is not None
+
+
+def test_other_allocation_errors_are_not_taken_for_a_full_memory(inputs, monkeypatch):
+    report_sorted_bytes(monkeypatch, 4096)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("not an out-of-memory error")
+
+    monkeypatch.setattr(torch, "UntypedStorage", broken)
+    with pytest.raises(RuntimeError, match="not an out-of-memory error"):
+        _msda_kernels._deterministic_scratch(*inputs)
