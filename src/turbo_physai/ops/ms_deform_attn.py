@@ -33,11 +33,13 @@ CPU only).
 Determinism: the CPU backward is always bit-identical run after run and for any thread count, with
 or without ``torch.use_deterministic_algorithms`` (each gradient element has one owning thread).
 The CUDA forward is always deterministic; the CUDA backward adds value gradients with float
-atomics unless ``torch.are_deterministic_algorithms_enabled()``, when it adds them as 64-bit
-fixed-point integers (order-independent, so bit-identical run after run) scaled from
-``max|grad_output| * sum|attention_weights|`` over finite entries, a bound on any sum of finite
-terms; Inf and NaN terms set per-element flags, so such an element gets the IEEE sum (NaN, or the
-infinity) as with float atomics, and the finite elements keep their full precision.
+atomics unless ``torch.are_deterministic_algorithms_enabled()``. Then each (point, corner)
+becomes an entry that a stable radix sort groups by value row, and each row's terms are summed in
+their original order (bit-identical run after run on one GPU model, IEEE sums for Inf and NaN;
+a transient workspace of about 20 bytes per entry). Problems beyond that path's 32-bit entry
+indexing, or whose workspace does not fit in memory, add them as 64-bit fixed-point integers
+instead (order-independent) scaled from ``max|grad_output| * sum|attention_weights|`` over finite
+entries, with per-element flags giving Inf and NaN terms the IEEE sum. See docs/ops.md.
 On CUDA the level metadata (``spatial_shapes``, ``level_start_index``) is not read on the host
 (that would synchronize the stream): a level that does not fit inside ``value`` is read as empty
 (zeros) instead of raising as on the CPU.
