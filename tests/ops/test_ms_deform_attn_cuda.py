@@ -194,19 +194,25 @@ def test_the_sorted_workspace_covers_32_bit_entry_indexing_only():
         _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, -1, 1, 1, 0)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_deterministic_backward_matches_float64_in_every_case(case, accumulation):
-    args = make(**CASES[case])
+def deterministic_grads_match_float64(args, dtype=torch.float32, runs=2, path="fast"):
+    """Deterministic-mode gradients through `path`: bit-identical over `runs` runs and within
+    GRAD_TOL[dtype] of the float64 reference."""
     _, refs = grads(cpu64(args))
     torch.use_deterministic_algorithms(True)
     try:
-        runs = [grads(args)[1] for _ in range(2)]
+        results = [grads(args, path=path)[1] for _ in range(runs)]
     finally:
         torch.use_deterministic_algorithms(False)
-    for a, b in zip(*runs, strict=True):
-        assert torch.equal(a, b)
-    for mine, ref in zip(runs[0], refs, strict=True):
-        close(mine, ref, GRAD_TOL[torch.float32])
+    for run in results[1:]:
+        for a, b in zip(results[0], run, strict=True):
+            assert torch.equal(a, b)
+    for mine, ref in zip(results[0], refs, strict=True):
+        close(mine, ref, GRAD_TOL[dtype])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_deterministic_backward_matches_float64_in_every_case(case, accumulation):
+    deterministic_grads_match_float64(make(**CASES[case]))
 
 
 def test_deterministic_backward_when_one_value_row_takes_every_point(accumulation):
@@ -215,16 +221,7 @@ def test_deterministic_backward_when_one_value_row_takes_every_point(accumulatio
     # next to rows no entry touches.
     args = make(n=3, lq=100, levels=((3, 4),), m=2, d=32, p=5)
     args[3].fill_(0.5 / 3)  # pixel (x, y) = (1/6, 0): weight on corners (0, 0) and (1, 0)
-    _, refs = grads(cpu64(args))
-    torch.use_deterministic_algorithms(True)
-    try:
-        runs = [grads(args)[1] for _ in range(2)]
-    finally:
-        torch.use_deterministic_algorithms(False)
-    for a, b in zip(*runs, strict=True):
-        assert torch.equal(a, b)
-    for mine, ref in zip(runs[0], refs, strict=True):
-        close(mine, ref, GRAD_TOL[torch.float32])
+    deterministic_grads_match_float64(args)
 
 
 @pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])
@@ -285,17 +282,7 @@ def test_rows_beyond_32_bit_indexing_are_refused():
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
 def test_deterministic_backward_is_bit_identical_and_accurate(dtype, path, accumulation):
     args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4, dtype=dtype)
-    _, (r_value, r_loc, r_attn) = grads(cpu64(args))
-    torch.use_deterministic_algorithms(True)
-    try:
-        runs = [grads(args, path=path)[1] for _ in range(3)]
-    finally:
-        torch.use_deterministic_algorithms(False)
-    for run in runs[1:]:
-        for a, b in zip(runs[0], run, strict=True):
-            assert torch.equal(a, b)
-    for mine, ref in zip(runs[0], (r_value, r_loc, r_attn), strict=True):
-        close(mine, ref, GRAD_TOL[dtype])
+    deterministic_grads_match_float64(args, dtype=dtype, runs=3, path=path)
 
 
 def non_finite_inputs(dtype):
