@@ -157,12 +157,64 @@ def test_vmap_goes_through_the_op_and_grad_transforms_raise(monkeypatch):
     value, shapes, starts, loc, attn = make()
     counts = spy_paths(monkeypatch)
     batched = [t.expand(3, *t.shape) for t in (value, loc, attn)]
-    # torch runs the op once per batch entry (it has no batching rule) and warns about that.
     out = torch.func.vmap(lambda v, lo, a: ms_deform_attn(v, shapes, starts, lo, a))(*batched)
-    assert counts == {"fast": 0, "op": 1}
+    # The vmapped call, then its batching rule's one call on the whole batch (not one per entry).
+    assert counts == {"fast": 0, "op": 2}
     assert torch.equal(out[1], ms_deform_attn(value, shapes, starts, loc, attn))
     with pytest.raises(NotImplementedError, match="torch.func transforms"):
         torch.func.grad(lambda v: ms_deform_attn(v, shapes, starts, loc, attn).sum())(value)
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0, 0), (None, 0, 0), (0, None, 0), (0, 0, None),
+                                     (None, 3, None), (2, None, 1)], ids=str)
+def test_vmap_is_one_call_for_the_whole_batch(in_dims, monkeypatch):
+    # in_dims of (value, locations, weights). With value vmapped its dimension joins N; with value
+    # shared it joins the queries. The result equals the entries computed one at a time.
+    size = 3
+    value, shapes, starts, loc, attn = make(seed=4)
+    gen = torch.Generator().manual_seed(4)
+    inputs = [t if dim is None
+              else torch.rand((size, *t.shape), generator=gen, dtype=t.dtype).movedim(0, dim)
+              for t, dim in zip((value, loc, attn), in_dims, strict=True)]
+
+    def one(v, lo, a):
+        return ms_deform_attn(v, shapes, starts, lo, a)
+
+    looped = torch.stack([one(*(t if d is None else t.select(d, i)
+                                for t, d in zip(inputs, in_dims, strict=True)))
+                          for i in range(size)])
+    counts = spy_paths(monkeypatch)
+    out = torch.func.vmap(one, in_dims=in_dims)(*inputs)
+    # The vmapped call and the batching rule's one call (torch's per-entry fallback would run
+    # the kernel per entry below the Python op, without a second call here).
+    assert counts == {"fast": 0, "op": 2}
+    assert torch.equal(out, looped)
+
+
+def test_vmap_of_level_metadata_runs_each_entry_and_empty_and_nested_vmaps_work():
+    value, shapes, starts, loc, attn = make()
+
+    def one(s, lo):
+        return ms_deform_attn(value, s, starts, lo, attn)
+
+    out = torch.func.vmap(one)(shapes.expand(2, *shapes.shape), loc.expand(2, *loc.shape))
+    assert torch.equal(out[1], one(shapes, loc))
+    empty = torch.func.vmap(lambda lo: one(shapes, lo))(loc.expand(0, *loc.shape))
+    assert empty.shape == (0, *one(shapes, loc).shape)
+    nested = torch.func.vmap(torch.func.vmap(lambda lo: one(shapes, lo)))(
+        torch.rand(2, 3, *loc.shape, dtype=loc.dtype))
+    assert nested.shape == (2, 3, *one(shapes, loc).shape)
+
+
+def test_vmap_reports_bad_entries_like_a_plain_call():
+    value, shapes, starts, loc, attn = make()
+    short = loc[:, :, :1]
+    with pytest.raises(ValueError) as plain:
+        ms_deform_attn(value, shapes, starts, short, attn)
+    with pytest.raises(ValueError) as vmapped:
+        torch.func.vmap(lambda lo: ms_deform_attn(value, shapes, starts, lo, attn))(
+            short.expand(3, *short.shape))
+    assert str(vmapped.value) == str(plain.value)
 
 
 def test_torch_compile_graph_holds_the_op(monkeypatch):

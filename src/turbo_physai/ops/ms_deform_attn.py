@@ -22,8 +22,8 @@ the binding checks the inputs with the Python checks' messages. Both ways give t
 fast one skips torch's custom-op machinery, most of a small call's host time (BENCHMARKS.md).
 Under the autograd profiler the fast path records ``turbo_physai::ms_deform_attn`` (and
 ``..._backward``), as the op would. ``torch.func.grad`` and its kin are not supported (the custom
-op's autograd cannot run under them) and raise NotImplementedError; ``vmap`` runs the op per
-batch entry.
+op's autograd cannot run under them) and raise NotImplementedError; ``vmap`` is one call for
+the whole batch (``_forward_vmap``).
 
 Dtypes: on the CPU float32 and float64 run natively; float16 and bfloat16 are checked and
 converted to float32 in Python (``_msda_kernels``), computed in float32 and the results cast
@@ -89,6 +89,54 @@ def _forward_fake(value, spatial_shapes, level_start_index, sampling_locations,
     check_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
     n, _, m, d = value.shape
     return value.new_empty((n, sampling_locations.shape[1], m * d))
+
+
+@_forward_op.register_vmap
+def _forward_vmap(info, in_dims, value, spatial_shapes, level_start_index, sampling_locations,
+                  attention_weights):
+    """``torch.func.vmap``: one call for the whole vmapped batch. With value vmapped, the vmapped
+    dimension joins N (locations and weights expanded where they are not vmapped); with value
+    shared, it joins the queries Lq instead, so value is not copied once per entry. Vmapped
+    level metadata (each entry could have its own levels) runs one call per entry."""
+    v_dim, shapes_dim, starts_dim, loc_dim, attn_dim = in_dims
+    size = info.batch_size
+    if shapes_dim is not None or starts_dim is not None or size == 0:
+        args = (value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+        outs = [_forward_op(*(t if d is None else t.select(d, i) for t, d in zip(args, in_dims,
+                                                                                  strict=True)))
+                for i in range(size)]
+        return torch.stack(outs) if outs else _empty_vmapped(info, in_dims, *args), 0
+
+    def leading(t, dim):  # the vmapped dimension first, expanded where t is shared
+        return t.movedim(dim, 0) if dim is not None else t.expand(size, *t.shape)
+
+    if v_dim is not None:  # (B, N, ...) -> (B*N, ...)
+        def fold(t, dim):
+            t = leading(t, dim)
+            return t.reshape(size * t.shape[1], *t.shape[2:])
+
+        out = _forward_op(fold(value, v_dim), spatial_shapes, level_start_index,
+                          fold(sampling_locations, loc_dim), fold(attention_weights, attn_dim))
+        return out.view(size, -1, *out.shape[1:]), 0
+
+    def fold_queries(t, dim):  # (B, N, Lq, ...) -> (N, B*Lq, ...)
+        t = leading(t, dim).movedim(0, 1)
+        return t.reshape(t.shape[0], size * t.shape[2], *t.shape[3:])
+
+    out = _forward_op(value, spatial_shapes, level_start_index,
+                      fold_queries(sampling_locations, loc_dim),
+                      fold_queries(attention_weights, attn_dim))
+    return out.view(out.shape[0], size, -1, out.shape[2]), 1
+
+
+def _empty_vmapped(info, in_dims, value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights):
+    # A vmapped batch of 0 entries: the output shape, from the entries' shapes.
+    v_dim, _, _, loc_dim, _ = in_dims
+    n, _, m, d = value.shape if v_dim is None else value.movedim(v_dim, 0).shape[1:]
+    lq = (sampling_locations.shape if loc_dim is None
+          else sampling_locations.movedim(loc_dim, 0).shape[1:])[1]
+    return value.new_empty((0, n, lq, m * d))
 
 
 @_backward_op.register_fake
