@@ -58,16 +58,21 @@ enum class Accumulation {
     sorted,
 };
 
-/// Whether the sorted accumulation indexes `p` with 32 bits: its N*Lq*M*L*P*4 entries and
-/// N*S*M rows below 2^31.
+/// The sorted accumulation's entries (one per point and corner: N*Lq*M*L*P*4) and the
+/// grad_value rows they are sorted into (N*S*M).
+inline std::int64_t sorted_entries(const Problem &p) {
+    return p.batch * p.queries * p.heads * p.levels * p.points * 4;
+}
+inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len * p.heads; }
+
+/// Whether the sorted accumulation indexes `p` with 32 bits: entries and rows below 2^31.
 inline bool fits_sorted(const Problem &p) {
     constexpr std::int64_t kLimit = std::int64_t{1} << 31;
-    return p.batch * p.queries * p.heads * p.levels * p.points * 4 < kLimit &&
-           p.batch * p.value_len * p.heads < kLimit;
+    return sorted_entries(p) < kLimit && sorted_rows(p) < kLimit;
 }
 
 /// Bytes of the workspace of Accumulation::sorted for `p` (entries, their sorted copies, the
-/// rows' first entries and the sort's temporary storage).
+/// partial sums of runs that cross segment ends and the sort's temporary storage).
 std::size_t sorted_scratch_bytes(const Problem &p);
 
 struct BackwardScratch {

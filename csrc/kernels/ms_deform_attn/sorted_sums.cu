@@ -198,8 +198,8 @@ std::size_t aligned_up(std::size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
 std::size_t sorted_layout(const Problem &p, void *base, SortedScratch &s) {
-    s.entries = p.batch * p.queries * p.heads * p.levels * p.points * 4;
-    s.rows = p.batch * p.value_len * p.heads;
+    s.entries = sorted_entries(p);
+    s.rows = sorted_rows(p);
     s.key_bits = 1;
     while (s.key_bits < 32 && (std::int64_t{1} << s.key_bits) <= s.rows)
         ++s.key_bits;
