@@ -3,13 +3,16 @@
     PYTHONPATH=src python benchmarks/msda_deterministic.py [--reps N] [--json PATH] [--profile]
 
 For each shape of msda_cuda.py, locations uniform and local, float32 and float16: GPU time (the
-profiler's kernels + memsets) of one forward + backward with float atomics (default), with
-``torch.use_deterministic_algorithms(True)`` (the sorted accumulation), and with the int64
-fixed-point accumulation that problems beyond the sorted path's 32-bit entry indexing get (forced
-here by reporting that the sorted workspace does not apply); whether two deterministic runs are
-bit-identical; the largest relative difference from the default gradients; the peak memory of a
-deterministic fwd+bwd above the inputs. ``--profile`` adds the sorted path's kernel table for the
-encoder shape. Prints a table, writes JSON.
+profiler's kernels + memsets) of one forward and of one forward + backward with float atomics
+(default), and of forward + backward with ``torch.use_deterministic_algorithms(True)`` under
+each way of summing grad_value: the sorted accumulation's two schemes, "corners" (an entry per
+point and corner) and "anchors" (an entry per point, four slot sums per run; the kernels pick
+by density, "auto" below), and the int64 fixed-point accumulation that problems beyond the
+sorted path's 32-bit indexing get (forced here by reporting that the sorted workspace does not
+apply). Ratios are of the backward alone (fwd+bwd minus fwd) and of fwd+bwd. Also: whether two
+runs of the automatic choice are bit-identical, its largest relative difference from the default
+gradients, and each scheme's peak memory above the inputs. ``--profile`` adds the kernel tables
+of both schemes for the encoder shape. Prints a table, writes JSON.
 """
 
 from __future__ import annotations
@@ -25,50 +28,72 @@ from msda_common import run_once
 from msda_cuda import SHAPES, gpu_ms, make_inputs, peak_mb
 
 from turbo_physai import _core
-from turbo_physai.ops import ms_deform_attn
+from turbo_physai.ops import _msda_kernels, ms_deform_attn
+
+#: The deterministic accumulations compared; "auto" is the sorted one the kernels pick.
+ACCUMULATIONS = ("auto", "corners", "anchors", "fixed_point")
 
 
 @contextmanager
-def deterministic(fixed_point=False):
+def deterministic(accumulation="auto"):
     real = _core.ms_deform_attn_sorted_workspace_bytes
-    if fixed_point:
+    if accumulation == "fixed_point":
         _core.ms_deform_attn_sorted_workspace_bytes = lambda *args: 0
+    else:
+        _msda_kernels.sorted_scheme = accumulation
     torch.use_deterministic_algorithms(True)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(False)
         _core.ms_deform_attn_sorted_workspace_bytes = real
+        _msda_kernels.sorted_scheme = "auto"
+
+
+def picked_scheme(args):
+    value, _, _, loc, _ = args
+    n, s, m, _ = value.shape
+    points = loc[..., 0].numel()
+    return "corners" if points < n * s * m else "anchors"  # sorted_scheme's rule
 
 
 def bench(name, locations, dtype, reps):
     args, grad = make_inputs(**SHAPES[name], locations=locations, dtype=dtype)
-    row = {"shape": name, "locations": locations, "dtype": str(dtype).split(".")[-1]}
+    row = {"shape": name, "locations": locations, "dtype": str(dtype).split(".")[-1],
+           "auto_scheme": picked_scheme(args)}
+    row["forward_ms"] = gpu_ms(ms_deform_attn, args, grad, False, reps)
     row["default_ms"] = gpu_ms(ms_deform_attn, args, grad, True, reps)
     default = run_once(ms_deform_attn, args, grad, True)
+    for accumulation in ACCUMULATIONS:
+        with deterministic(accumulation):
+            row[f"{accumulation}_ms"] = gpu_ms(ms_deform_attn, args, grad, True, reps)
+            if accumulation in ("corners", "anchors"):
+                row[f"{accumulation}_peak_mb"] = peak_mb(ms_deform_attn, args, grad, True)
     with deterministic():
-        row["sorted_ms"] = gpu_ms(ms_deform_attn, args, grad, True, reps)
         first, second = (run_once(ms_deform_attn, args, grad, True) for _ in range(2))
-    with deterministic(fixed_point=True):
-        row["fixed_point_ms"] = gpu_ms(ms_deform_attn, args, grad, True, reps)
-    row["sorted_bit_identical_runs"] = all(map(torch.equal, first, second))
-    row["sorted_vs_default_max_rel"] = max(
+    row["auto_bit_identical_runs"] = all(map(torch.equal, first, second))
+    row["auto_vs_default_max_rel"] = max(
         ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
         for a, b in zip(first, default, strict=True))
-    with deterministic():
-        row["sorted_peak_mb"] = peak_mb(ms_deform_attn, args, grad, True)
     return row
 
 
-def profile_table():
+def ratios(row, accumulation):
+    """(backward, fwd+bwd) time of `accumulation` over the default's."""
+    total = row[f"{accumulation}_ms"]
+    return ((total - row["forward_ms"]) / (row["default_ms"] - row["forward_ms"]),
+            total / row["default_ms"])
+
+
+def profile_table(accumulation):
     args, grad = make_inputs(**SHAPES["deformable_detr_encoder"], locations="uniform")
-    with deterministic():
+    with deterministic(accumulation):
         run_once(ms_deform_attn, args, grad, True)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
                 run_once(ms_deform_attn, args, grad, True)
             torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12,
+    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=14,
                                      max_name_column_width=60)
 
 
@@ -83,16 +108,24 @@ def main(argv=None):
         sys.exit("msda_deterministic.py needs a GPU")
     rows = [bench(name, locations, dtype, args.reps) for name in SHAPES
             for locations in ("uniform", "local") for dtype in (torch.float32, torch.float16)]
-    print("| shape | loc | dtype | default | sorted (x) | fixed point (x) | repeat bit-identical "
-          "| max rel. vs default | sorted peak MiB |\n" + "|---" * 9 + "|")
+    print("| shape | loc | dtype | fwd | default fwd+bwd | "
+          + " | ".join(f"{a} fwd+bwd (x bwd, x fwd+bwd)" for a in ACCUMULATIONS)
+          + " | auto is | auto repeat bit-identical | auto max rel. vs default "
+          "| peak MiB corners / anchors |\n" + "|---" * (9 + len(ACCUMULATIONS)) + "|")
     for r in rows:
-        print(f"| {r['shape']} | {r['locations']} | {r['dtype']} | {r['default_ms']:.4f} "
-              f"| {r['sorted_ms']:.4f} ({r['sorted_ms'] / r['default_ms']:.2f}) "
-              f"| {r['fixed_point_ms']:.4f} ({r['fixed_point_ms'] / r['default_ms']:.2f}) "
-              f"| {r['sorted_bit_identical_runs']} | {r['sorted_vs_default_max_rel']:.1e} "
-              f"| {r['sorted_peak_mb']:.0f} |")
+        cells = []
+        for a in ACCUMULATIONS:
+            backward, total = ratios(r, a)
+            cells.append(f"{r[f'{a}_ms']:.4f} ({backward:.2f}, {total:.2f})")
+        print(f"| {r['shape']} | {r['locations']} | {r['dtype']} | {r['forward_ms']:.4f} "
+              f"| {r['default_ms']:.4f} | " + " | ".join(cells)
+              + f" | {r['auto_scheme']} | {r['auto_bit_identical_runs']} "
+              f"| {r['auto_vs_default_max_rel']:.1e} "
+              f"| {r['corners_peak_mb']:.0f} / {r['anchors_peak_mb']:.0f} |")
     if args.profile:
-        print(profile_table())
+        for accumulation in ("corners", "anchors"):
+            print(f"encoder, uniform, float32, {accumulation} (5 runs):")
+            print(profile_table(accumulation))
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "command": " ".join(sys.argv), "units": "ms GPU, MiB"}
     args.json.parent.mkdir(parents=True, exist_ok=True)

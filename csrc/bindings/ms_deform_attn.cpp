@@ -7,11 +7,13 @@
 // including the data-dependent level checks a fake tensor cannot do.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string_view.h>
 
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -176,11 +178,23 @@ void forward_cuda(const Input &value, const Input &shapes, const Input &starts, 
              "ms_deform_attn_forward_cuda");
 }
 
+/// The sorted accumulation's scheme by name ("auto", "corners", "anchors").
+cu::SortedScheme scheme_named(std::string_view name) {
+    if (name == "auto")
+        return cu::SortedScheme::automatic;
+    if (name == "corners")
+        return cu::SortedScheme::corners;
+    if (name == "anchors")
+        return cu::SortedScheme::anchors;
+    throw nb::value_error(("scheme: expected 'auto', 'corners' or 'anchors', got '" +
+                           std::string(name) + "'").c_str());
+}
+
 void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                    const Input &loc, const Input &attn, const Input &grad_out,
                    const Output &grad_value, const Output &grad_loc, const Output &grad_attn,
                    std::optional<Output> workspace, std::optional<Input> bound,
-                   std::optional<Output> flags, std::uintptr_t stream) {
+                   std::optional<Output> flags, std::uintptr_t stream, std::string_view scheme) {
     const auto [p, s] = check_cuda(value, shapes, starts, loc, attn);
     const char *like = "the dtype of value";
     expect_cuda_heads(grad_out, "grad_output", s, value);
@@ -200,8 +214,9 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
     // The workspace's dtype picks the accumulation: none (float32 only), float32, int64 or
     // uint8 (sorted).
     cu::BackwardScratch scratch{cu::Accumulation::direct, nullptr, nullptr, nullptr};
+    const cu::SortedScheme sorted = scheme_named(scheme);
     if (workspace && workspace->dtype() == nb::dtype<std::uint8_t>()) {
-        const std::size_t bytes = cu::sorted_scratch_bytes(p);
+        const std::size_t bytes = cu::sorted_scratch_bytes(p, sorted);
         if (bytes == 0)
             throw nb::value_error("workspace: the sorted accumulation indexes entries and rows "
                                   "with 32 bits; this problem needs the int64 workspace");
@@ -210,7 +225,7 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                      value);
         if (reinterpret_cast<std::uintptr_t>(workspace->data()) % 256 != 0)
             throw nb::value_error("workspace: the sorted accumulation needs 256-byte alignment");
-        scratch = {cu::Accumulation::sorted, workspace->data(), nullptr, nullptr};
+        scratch = {cu::Accumulation::sorted, workspace->data(), nullptr, nullptr, sorted};
     } else if (workspace) {
         const bool fixed = workspace->dtype() == nb::dtype<std::int64_t>();
         expect_array(*workspace, "workspace", s.value, "the shape of value",
@@ -243,14 +258,15 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
 /// rows beyond 32-bit indexing: the int64 workspace then).
 std::size_t sorted_workspace_bytes(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
                                    std::int64_t channels, std::int64_t queries,
-                                   std::int64_t levels, std::int64_t points, int device) {
+                                   std::int64_t levels, std::int64_t points, int device,
+                                   std::string_view scheme) {
     for (const std::int64_t size : {batch, value_len, heads, channels, queries, levels, points})
         if (size < 0)
             throw nb::value_error("ms_deform_attn_sorted_workspace_bytes: sizes must be >= 0");
     const cu::Problem p{batch, value_len, heads, channels, queries, levels, points,
                         nullptr, nullptr, cu::Dtype::float32};
     const CudaDeviceGuard on_device(device);
-    return cu::sorted_scratch_bytes(p);
+    return cu::sorted_scratch_bytes(p, scheme_named(scheme));
 }
 #endif
 
@@ -280,16 +296,17 @@ void bind_ms_deform_attn(nb::module_ &m) {
           nb::arg("attention_weights"), nb::arg("grad_output"), nb::arg("grad_value"),
           nb::arg("grad_sampling_locations"), nb::arg("grad_attention_weights"),
           nb::arg("workspace").none(), nb::arg("bound").none(), nb::arg("flags").none(),
-          nb::arg("stream"),
+          nb::arg("stream"), nb::arg("scheme") = "auto",
           "Enqueue the backward on `stream`, overwriting the three gradients. workspace (value's "
           "shape): None (float32, float atomics into grad_value), float32 (float atomics, then a "
           "cast) or int64 (deterministic fixed point; bound: float64 scalar = max|finite "
           "grad_output| * sum|finite weights|; flags: int32 ((value.numel() + 7) // 8,), "
           "overwritten, for the non-finite terms) or uint8 (deterministic by sorting; "
-          "ms_deform_attn_sorted_workspace_bytes(...) bytes, 256-byte aligned).");
+          "ms_deform_attn_sorted_workspace_bytes(...) bytes for the same scheme, 256-byte "
+          "aligned; scheme: 'auto', 'corners' or 'anchors', see ms_deform_attn_cuda.h).");
     m.def("ms_deform_attn_sorted_workspace_bytes", &sorted_workspace_bytes, nb::arg("batch"),
           nb::arg("value_len"), nb::arg("heads"), nb::arg("channels"), nb::arg("queries"),
-          nb::arg("levels"), nb::arg("points"), nb::arg("device"),
+          nb::arg("levels"), nb::arg("points"), nb::arg("device"), nb::arg("scheme") = "auto",
           "Bytes of the uint8 workspace of the sorted deterministic backward (N, S, M, D, Lq, "
           "L, P) on CUDA device `device`; 0 if the problem needs the int64 workspace instead.");
 #endif

@@ -22,7 +22,7 @@ from tpa_msda_cases import (  # noqa: E402
 )
 
 from turbo_physai import _core, kernels  # noqa: E402
-from turbo_physai.ops import frontends, ms_deform_attn  # noqa: E402
+from turbo_physai.ops import _msda_kernels, frontends, ms_deform_attn  # noqa: E402
 from turbo_physai.testing import check_conformance  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -92,13 +92,16 @@ def test_forward_and_gradients_match_float64(case, dtype, path):
         close(mine, ref, GRAD_TOL[dtype])
 
 
-@pytest.fixture(params=["sorted", "fixed_point"])
+@pytest.fixture(params=["corners", "anchors", "fixed_point"])
 def accumulation(request, monkeypatch):
-    """The deterministic backward's two ways of summing grad_value: sorted entries (what every
-    problem within 32-bit entry indexing gets) and the int64 fixed-point workspace (the rest;
-    forced here by reporting that the sorted workspace does not apply)."""
+    """The deterministic backward's ways of summing grad_value: sorted entries (what every
+    problem within 32-bit indexing gets), each scheme on every shape whatever its density (the
+    kernels pick by density), and the int64 fixed-point workspace (the rest; forced here by
+    reporting that the sorted workspace does not apply)."""
     if request.param == "fixed_point":
         monkeypatch.setattr(_core, "ms_deform_attn_sorted_workspace_bytes", lambda *a: 0)
+    else:
+        monkeypatch.setattr(_msda_kernels, "sorted_scheme", request.param)
     return request.param
 
 
@@ -156,19 +159,27 @@ def test_the_deterministic_scratch_is_checked_by_the_binding():
     assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_the_sorted_workspace_is_checked_by_the_binding():
+@pytest.mark.parametrize("scheme", ["corners", "anchors"])
+def test_the_sorted_workspace_is_checked_by_the_binding(scheme, monkeypatch):
+    monkeypatch.setattr(_msda_kernels, "sorted_scheme", scheme)
     value, shapes, starts, loc, attn = make(d=32)
     grad_output = torch.randn(2, 5, 64, device="cuda")
     grads = [torch.full_like(t, float("nan")) for t in (value, loc, attn)]
     n, s, m, d = value.shape
-    nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, 5, 2, 3, 0)
+    nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, 5, 2, 3, 0, scheme)
     room = torch.empty(nbytes + 256, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 
-    def backward(workspace):
+    def backward(workspace, scheme=scheme):
         _core.ms_deform_attn_backward_cuda(value, shapes, starts, loc, attn, grad_output, *grads,
-                                           workspace, None, None, stream)
+                                           workspace, None, None, stream, scheme)
 
+    other = "anchors" if scheme == "corners" else "corners"
+    assert _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, 5, 2, 3, 0, other) != nbytes
+    with pytest.raises(ValueError, match="workspace: expected shape"):
+        backward(room[:nbytes], scheme=other)  # sized for the other scheme
+    with pytest.raises(ValueError, match="scheme: expected"):
+        backward(room[:nbytes], scheme="diagonal")
     with pytest.raises(ValueError, match="workspace: expected shape"):
         backward(room[: nbytes - 1])
     with pytest.raises(ValueError, match="256-byte alignment"):
@@ -185,13 +196,26 @@ def test_the_sorted_workspace_is_checked_by_the_binding():
         assert torch.equal(mine, ref)
 
 
-def test_the_sorted_workspace_covers_32_bit_entry_indexing_only():
-    # N*Lq*M*L*P*4 entries: 2^31 - 4 fit, 2^31 do not (the int64 workspace then); no allocation.
-    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, 2**29 - 1, 1, 1, 0) > 0
-    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, 2**29, 1, 1, 0) == 0
-    assert _core.ms_deform_attn_sorted_workspace_bytes(1, 2**31, 1, 32, 1, 1, 1, 0) == 0
+def test_the_sorted_workspace_covers_32_bit_indexing_only():
+    # Sizes only (no allocation); 0 means the int64 workspace. (N, S, M, D, Lq, L, P, device).
+    def nbytes(s, lq, levels, scheme):
+        return _core.ms_deform_attn_sorted_workspace_bytes(1, s, 1, 32, lq, levels, 1, 0, scheme)
+
+    # corners: N*Lq*M*L*P*4 entries below 2^31
+    assert nbytes(4, 2**29 - 1, 1, "corners") > 0 and nbytes(4, 2**29, 1, "corners") == 0
+    # anchors: point indices in 28 bits, keys (N*S*M*L) below 2^31
+    assert nbytes(4, 2**28, 1, "anchors") > 0 and nbytes(4, 2**28 + 1, 1, "anchors") == 0
+    assert nbytes(2**29, 1, 3, "anchors") > 0 and nbytes(2**29, 1, 4, "anchors") == 0
+    for scheme in ("corners", "anchors", "auto"):  # rows (N*S*M) below 2^31
+        assert nbytes(2**31, 1, 1, scheme) == 0
+    # auto: corners when there are fewer points than rows, else anchors
+    assert nbytes(100, 33, 3, "auto") == nbytes(100, 33, 3, "corners")
+    assert nbytes(100, 34, 3, "auto") == nbytes(100, 34, 3, "anchors")
+    assert nbytes(100, 34, 3, "anchors") != nbytes(100, 34, 3, "corners")
     with pytest.raises(ValueError, match="sizes must be >= 0"):
-        _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 32, -1, 1, 1, 0)
+        nbytes(4, -1, 1, "auto")
+    with pytest.raises(ValueError, match="scheme: expected 'auto', 'corners' or 'anchors'"):
+        nbytes(4, 1, 1, "diagonal")
 
 
 def deterministic_grads_match_float64(args, dtype=torch.float32, runs=2, path="fast"):
@@ -222,6 +246,37 @@ def test_deterministic_backward_when_one_value_row_takes_every_point(accumulatio
     args = make(n=3, lq=100, levels=((3, 4),), m=2, d=32, p=5)
     args[3].fill_(0.5 / 3)  # pixel (x, y) = (1/6, 0): weight on corners (0, 0) and (1, 0)
     deterministic_grads_match_float64(args)
+
+
+@pytest.mark.parametrize("lq", [2, 60])
+def test_deterministic_backward_with_overlapping_levels(lq, accumulation):
+    # A 6x5 and a 5x6 level over the same 30 rows of value (the CUDA op does not read the level
+    # metadata on the host, so nothing refuses it; the CPU op does). With 60 queries the anchors
+    # keys (head, level, anchor) outnumber the rows: runs past the partial sums' capacity are
+    # summed from their entries. Reference: each level as a one-level problem on value's rows,
+    # summed (float64, CPU).
+    gen = torch.Generator().manual_seed(5)
+    value = torch.randn(2, 30, 2, 32, generator=gen, dtype=torch.float64)
+    shapes, starts = torch.tensor([[6, 5], [5, 6]]), torch.tensor([0, 0])
+    loc = torch.rand(2, lq, 2, 2, 3, 2, generator=gen, dtype=torch.float64) * 1.3 - 0.15
+    attn = torch.rand(2, lq, 2, 2, 3, generator=gen, dtype=torch.float64)
+    g = torch.randn(2, lq, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (value, loc, attn)]
+    out = sum(ms_deform_attn(leaves[0], shapes[lv : lv + 1], starts[:1],
+                             leaves[1][:, :, :, lv : lv + 1], leaves[2][:, :, :, lv : lv + 1])
+              for lv in range(2))
+    refs = torch.autograd.grad(out, leaves, g)
+    args = [t.cuda().float() if t.is_floating_point() else t.cuda()
+            for t in (value, shapes, starts, loc, attn)]
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [grads(args)[1] for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    for mine, ref in zip(runs[0], refs, strict=True):
+        close(mine, ref, GRAD_TOL[torch.float32])
 
 
 @pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])
@@ -351,9 +406,12 @@ def test_tensors_on_a_gpu_that_is_not_the_current_device(path, deterministic):
         torch.testing.assert_close(mine.cpu(), ref.cpu())
 
 
-@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("scheme", [None, "corners", "anchors"])  # None: not deterministic
 @pytest.mark.parametrize("path", PATHS)
-def test_cuda_graph_capture_and_replay(path, deterministic):
+def test_cuda_graph_capture_and_replay(path, scheme, monkeypatch):
+    deterministic = scheme is not None
+    if deterministic:
+        monkeypatch.setattr(_msda_kernels, "sorted_scheme", scheme)
     args = make(d=32)
     value, shapes, starts, loc, attn = args
     g = torch.randn(2, 5, 64, device="cuda")

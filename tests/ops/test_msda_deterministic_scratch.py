@@ -38,8 +38,8 @@ def test_the_sorted_workspace_when_the_binding_sizes_one(inputs, monkeypatch):
     workspace, bound, flags = _msda_kernels._deterministic_scratch(*inputs)
     assert workspace.dtype == torch.uint8 and workspace.shape == (4096,)
     assert bound is None and flags is None
-    # N, S, M, D of value, Lq, L, P of the locations, and the device (-1: the CPU here).
-    assert calls == [(2, 42, 2, 4, 5, 2, 3, -1)]
+    # N, S, M, D of value, Lq, L, P of the locations, the device (-1: the CPU here), the scheme.
+    assert calls == [(2, 42, 2, 4, 5, 2, 3, -1, "auto")]
 
 
 def test_the_fixed_point_workspace_beyond_32_bit_entries(inputs, monkeypatch):

@@ -6,7 +6,7 @@
 // that prepared the point, so those stores are coalesced), and the corners'
 // value gradients are added with atomics, float (sm_90: one 16-byte red.global.add.v4.f32 per
 // lane and corner) or 64-bit fixed point plus non-finite flags (deterministic), or recorded as
-// entries that sorted_sums.cu sorts and sums (deterministic, the faster of the two).
+// entries (per corner or per point) that sorted_sums.cu sorts and sums (deterministic, faster).
 #include "ms_deform_attn/cuda_common.cuh"
 #include "ms_deform_attn/sorted_sums.cuh"
 
@@ -27,8 +27,11 @@ struct BackwardArgs {
     SortedScratch sorted;  ///< sorted only
 };
 
-/// How grad_value is summed (Accumulation, with the float workspace's atomics as `atomics`).
-enum class Mode { atomics, fixed_point, sorted };
+/// How grad_value is summed (Accumulation, with the float workspace's atomics as `atomics` and
+/// the sorted one by its scheme).
+enum class Mode { atomics, fixed_point, corners, anchors };
+
+__host__ __device__ constexpr bool is_sorted(Mode mode) { return mode == Mode::corners || mode == Mode::anchors; }
 
 /// 2^(62 - e) for bound < 2^e: no sum of finite terms whose magnitudes add up to at most `bound`
 /// can reach 2^62, so the int64 accumulators never overflow. A power of two: scaling is exact.
@@ -107,10 +110,10 @@ struct Sums<Mode::fixed_point> {
     }
 };
 
-/// ...or nothing at once: each point's four corners become entries of the sorted sums (its
-/// preparing lane records them, `record`), which sum_sorted turns into grad_value.
+/// ...or nothing at once: each point becomes entries of the sorted sums (its preparing lane
+/// records them, `record`), which sum_sorted turns into grad_value. corners: four entries.
 template <>
-struct Sums<Mode::sorted> {
+struct Sums<Mode::corners> {
     unsigned *keys, *ids;
     float *coef;
     std::int64_t rows;
@@ -121,7 +124,7 @@ struct Sums<Mode::sorted> {
     /// Point `at` (the index of its weight) of head h: entries 4*at.. in corner order; a corner
     /// outside the map gets the key `rows`, which sorts after every row and is never summed.
     __device__ void record(std::int64_t at, const Point &pt, const PointGrad &pg, const Head &h,
-                           const Shape &s) const {
+                           const Shape &s, int, int) const {
         unsigned key[4];
         float c[4];
 #pragma unroll
@@ -138,12 +141,49 @@ struct Sums<Mode::sorted> {
     }
 };
 
+/// anchors: one entry per point, keyed by (head, level, its anchor: the top-left corner clamped
+/// into the map, pt.row[0]), with the coefficients of the slots anchor, right, below,
+/// below-right. A point at x0 = -1 (y0 = -1) has its right (lower) corners in the anchor's slots;
+/// the payload's top bits say which slots hold a corner inside the map.
+template <>
+struct Sums<Mode::anchors> {
+    unsigned *keys, *ids;
+    float *coef;
+    std::int64_t none;
+
+    template <int VEC>
+    __device__ void add(std::int64_t, int, unsigned, float, const float (&)[VEC]) const {}
+
+    __device__ void record(std::int64_t at, const Point &pt, const PointGrad &pg, const Head &h,
+                           const Shape &s, int level, int level_start) const {
+        auto key = static_cast<unsigned>(none);
+        unsigned slots = 0;
+        float c[4] = {};
+        if (pt.row[0] >= 0) {
+            const unsigned dx = pg.inside & 0x5u ? 0u : 1u, dy = pg.inside & 0x3u ? 0u : 1u;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const unsigned corner = k + dx + 2 * dy;
+                if ((k & 1) + dx > 1 || (k >> 1) + dy > 1)
+                    continue;
+                slots |= (pg.inside >> corner & 1u) << k;
+                c[k] = pg.attn * pt.weight[corner];
+            }
+            key = static_cast<unsigned>(((h.n * s.heads + h.m) * s.levels + level) * s.value_len +
+                                        (pt.row[0] - level_start));
+        }
+        keys[at] = key;
+        ids[at] = static_cast<unsigned>(at) | slots << kSlotShift;
+        reinterpret_cast<float4 *>(coef)[at] = make_float4(c[0], c[1], c[2], c[3]);
+    }
+};
+
 template <typename T, Mode kMode>
 __device__ inline Sums<kMode> make_sums(const BackwardArgs<T> &a) {
     if constexpr (kMode == Mode::fixed_point)
         return {static_cast<unsigned long long *>(a.acc), a.flags, fixed_point_scale(a.bound)};
-    else if constexpr (kMode == Mode::sorted)
-        return {a.sorted.keys, a.sorted.ids, a.sorted.coef, a.sorted.rows};
+    else if constexpr (is_sorted(kMode))
+        return {a.sorted.keys, a.sorted.ids, a.sorted.coef, a.sorted.keys_count};
     else
         return {static_cast<float *>(a.acc)};
 }
@@ -247,14 +287,14 @@ __global__ void __launch_bounds__(kThreads, 3)
                 if (prepares) {
                     Point pt;
                     PointGrad pg;
-                    const Level lv =
-                        prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s), points,
-                                      base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
+                    const int level = ln.level(a.s, base);
+                    const Level lv = prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s),
+                                                   points, base + ln.prep_k, level, levels, pt, pg);
                     points_of[ln.lane] = pt;
                     grads_of[ln.lane] = pg;
-                    if constexpr (kMode == Mode::sorted)  // (hoisting this index spills)
+                    if constexpr (is_sorted(kMode))  // (hoisting this index spills)
                         sums.record(h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k, pt,
-                                    pg, h, a.s);
+                                    pg, h, a.s, level, lv.start);
                     scale_x = pg.attn * static_cast<float>(lv.w);
                     scale_y = pg.attn * static_cast<float>(lv.h);
                 }
@@ -325,7 +365,7 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     constexpr bool kFixed = kMode == Mode::fixed_point;
     const std::int64_t total = p.batch * p.value_len * p.heads * p.channels;
     const std::int64_t rows = p.batch * p.queries * p.heads;
-    if (total > 0 && kMode != Mode::sorted) {
+    if (total > 0 && !is_sorted(kMode)) {
         const size_t acc_bytes = static_cast<size_t>(total) * (kFixed ? 8 : 4);
         if (const cudaError_t err = cudaMemsetAsync(a.acc, 0, acc_bytes, stream))
             return err;
@@ -349,7 +389,7 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
         if (const cudaError_t err = cudaMemsetAsync(a.grad_loc, 0, 2 * loc_bytes, stream))
             return err;
     }
-    if constexpr (kMode == Mode::sorted) {
+    if constexpr (is_sorted(kMode)) {
         if (const cudaError_t err = cudaGetLastError())
             return err;
         return sum_sorted<T>(p, a.sorted, a.grad_out, grad_value, stream);
@@ -389,8 +429,10 @@ cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const
     switch (how) {
     case Accumulation::fixed_point: return launch<T, Mode::fixed_point>(p, a, wide, out, stream);
     case Accumulation::sorted:
-        sorted_layout(p, scratch.workspace, a.sorted);
-        return launch<T, Mode::sorted>(p, a, wide, out, stream);
+        sorted_layout(p, sorted_scheme(p, scratch.scheme), scratch.workspace, a.sorted);
+        if (a.sorted.scheme == SortedScheme::anchors)
+            return launch<T, Mode::anchors>(p, a, wide, out, stream);
+        return launch<T, Mode::corners>(p, a, wide, out, stream);
     default: return launch<T, Mode::atomics>(p, a, wide, out, stream);
     }
 }
@@ -403,7 +445,8 @@ cudaError_t backward(const Problem &p, const void *value, const void *sampling_l
                      const BackwardScratch &scratch, cudaStream_t stream) {
     if (scratch.accumulation == Accumulation::direct && p.dtype != Dtype::float32)
         return cudaErrorInvalidValue;  // float atomics need a float32 target
-    if (!fits_int_indexing(p) || (scratch.accumulation == Accumulation::sorted && !fits_sorted(p)))
+    if (!fits_int_indexing(p) ||
+        (scratch.accumulation == Accumulation::sorted && !fits_sorted(p, scratch.scheme)))
         return cudaErrorInvalidValue;
     const auto run = [&](auto zero) {
         using T = decltype(zero);

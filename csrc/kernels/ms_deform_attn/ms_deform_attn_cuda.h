@@ -51,29 +51,29 @@ enum class Accumulation {
     /// NaN; OR is associative too), which that pass turns into the IEEE sum: NaN if any term was
     /// NaN or both infinities occurred, else the infinity.
     fixed_point,
-    /// Deterministic, faster: every (point, corner) becomes an entry (grad_value row, index,
-    /// coefficient) in `workspace` (sorted_scratch_bytes(p) bytes), a stable radix sort groups the
-    /// entries by row, and a gather pass sums each row's terms in their original order. Bit-
+    /// Deterministic, faster: the terms become entries in `workspace` (sorted_scratch_bytes(p)
+    /// bytes): per (point, corner) keyed by grad_value row, or for dense problems per point keyed
+    /// by its top-left corner with four slot coefficients; a stable radix sort groups them by key
+    /// and gather passes sum each key's terms in their original order (sorted_sums.cuh). Bit-
     /// reproducible, IEEE sums for non-finite terms; needs fits_sorted(p).
     sorted,
 };
 
-/// The sorted accumulation's entries (one per point and corner: N*Lq*M*L*P*4) and the
-/// grad_value rows they are sorted into (N*S*M).
-inline std::int64_t sorted_entries(const Problem &p) {
-    return p.batch * p.queries * p.heads * p.levels * p.points * 4;
-}
-inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len * p.heads; }
+/// How Accumulation::sorted records its terms (sorted_sums.cuh): corners, an entry per (point,
+/// corner) keyed by grad_value row; anchors, an entry per point keyed by its top-left corner,
+/// whose runs give four slot sums. automatic: corners when there are fewer points than
+/// grad_value rows (most runs would hold one point), else anchors.
+enum class SortedScheme { automatic, corners, anchors };
 
-/// Whether the sorted accumulation indexes `p` with 32 bits: entries and rows below 2^31.
-inline bool fits_sorted(const Problem &p) {
-    constexpr std::int64_t kLimit = std::int64_t{1} << 31;
-    return sorted_entries(p) < kLimit && sorted_rows(p) < kLimit;
-}
+/// `asked`, with automatic resolved for `p`.
+SortedScheme sorted_scheme(const Problem &p, SortedScheme asked);
 
-/// Bytes of the workspace of Accumulation::sorted for `p` (entries, their sorted copies, the
-/// partial sums of runs that cross segment ends and the sort's temporary storage).
-std::size_t sorted_scratch_bytes(const Problem &p);
+/// Whether the sorted accumulation indexes `p`'s entries, keys and points with 32 bits.
+bool fits_sorted(const Problem &p, SortedScheme scheme);
+
+/// Bytes of the workspace of Accumulation::sorted for `p` (entries, their sorted copies, partial
+/// sums and the sort's temporary storage); 0 unless fits_sorted(p, scheme).
+std::size_t sorted_scratch_bytes(const Problem &p, SortedScheme scheme);
 
 struct BackwardScratch {
     Accumulation accumulation;
@@ -83,6 +83,7 @@ struct BackwardScratch {
                           ///< sum|finite weights|
     unsigned *flags;      ///< fixed_point only: (value's element count + 7) / 8 words, 4 bits
                           ///< per element; zeroed by backward()
+    SortedScheme scheme = SortedScheme::automatic;  ///< sorted only; as the workspace was sized
 };
 
 /// Overwrites grad_value (N,S,M,D), grad_sampling_locations and grad_attention_weights from

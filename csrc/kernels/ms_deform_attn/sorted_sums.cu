@@ -2,13 +2,14 @@
 #include "ms_deform_attn/sorted_sums.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "ms_deform_attn/cuda_common.cuh"
 
 namespace turbo_physai::kernels::msda::cuda::detail {
 namespace {
 
-/// Sorted entries per segment (segment_length): a group of lanes sums the runs (a row's entries)
+/// Sorted entries per segment (segment_length): a group of lanes sums the runs (a key's entries)
 /// of one segment. A run that crosses a segment's end is summed in pieces, which fixup_kernel
 /// adds in segment order; so no run, however long, is one group's work, and the order of every
 /// sum is fixed by the problem's sizes and the GPU's SM count.
@@ -21,23 +22,30 @@ int segment_length(std::int64_t entries) {
     return length;
 }
 
+/// What the sums read and write; kSlots (below) is 1 for corners, 4 for anchors.
 template <typename T>
 struct GatherArgs {
-    const unsigned *keys, *ids;
+    const unsigned *keys, *ids;  ///< sorted
     const float *coef;
     const T *grad_out;
     T *grad_value;
-    float *pieces;  ///< per segment 2 x D floats: [0] a run begun before it, [1] one going on after
-    std::int64_t entries, rows, channels, segments, segment;
-    unsigned entries_per_query;  ///< L*P*4: entry index / this = the grad_output row
+    float *pieces;  ///< per segment 2 x kSlots x D floats: [0] a run begun before it, [1] one
+                    ///< going on after it
+    const int *run_starts;  ///< anchors: runs begun before each segment
+    int *run_of;
+    float *partials;
+    std::int64_t entries, none, channels, segments, segment, capacity;
+    unsigned per_query;  ///< point index / this = the grad_output row
     Layout layout;
+    Shape shape;
 };
 
-/// A group's part in the sorted sums: R lanes (lanes_per_row) of VEC channels, chunk by chunk.
+/// A group's part in the sorted sums: R lanes (lanes_per_row) of VEC channels, chunk by chunk,
+/// over segments (gather, fixup) or grad_value rows (combine).
 struct Group {
     int r, R;
     unsigned mask;
-    std::int64_t first, step;  ///< this group's first segment and the stride to its next
+    std::int64_t first, step;  ///< this group's first item and the stride to its next
 
     __device__ explicit Group(const Layout &lay) {
         const int lane = threadIdx.x & 31;
@@ -47,76 +55,162 @@ struct Group {
         first = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> lay.log2_lanes;
         step = static_cast<std::int64_t>(gridDim.x) * (kThreads >> lay.log2_lanes);
     }
+    /// The first channel of this lane in `chunk`.
+    __device__ std::int64_t channel(int chunk, int vec) const {
+        return (static_cast<std::int64_t>(chunk) * R + r) * vec;
+    }
 };
 
+/// An entry's point (its coefficients' index) and the slots it adds to (corners: its one).
+template <int kSlots>
+__device__ inline unsigned point_of(unsigned payload) {
+    return kSlots == 1 ? payload : payload & kPointMask;
+}
+template <int kSlots>
+__device__ inline unsigned slots_of(unsigned payload) {
+    return kSlots == 1 ? 1u : payload >> kSlotShift;
+}
+
+template <int kSlots>
+__device__ inline void coefficients(const float *coef, unsigned point, float (&w)[kSlots]) {
+    if constexpr (kSlots == 4) {
+        const float4 c = reinterpret_cast<const float4 *>(coef)[point];
+        w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
+    } else {
+        w[0] = coef[point];
+    }
+}
+
+/// kSlots sums of VEC channels from `to`, slot s at to + s * D.
+template <int VEC, int kSlots>
+__device__ inline void store_slots(float *to, std::int64_t D, std::int64_t c,
+                                   const float (&acc)[kSlots][VEC]) {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s)
+        store<float, VEC>(to + s * D + c, acc[s]);
+}
+template <int VEC, int kSlots>
+__device__ inline void add_slots(const float *from, std::int64_t D, std::int64_t c,
+                                 float (&acc)[kSlots][VEC]) {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        float part[VEC];
+        load<float, VEC>(from + s * D + c, part);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)
+            acc[s][v] += part[v];
+    }
+}
+
+/// A whole run's sums: corners, its grad_value row; anchors, run `id`'s partial sums (if within
+/// the capacity) and, by the group's first lane, where they are.
+template <typename T, int VEC, int kSlots>
+__device__ inline void finish_run(const GatherArgs<T> &a, unsigned run, std::int64_t id,
+                                  const float (&acc)[kSlots][VEC], std::int64_t c,
+                                  bool first_lane) {
+    const std::int64_t D = a.channels;
+    if constexpr (kSlots == 1) {
+        store<T, VEC>(a.grad_value + run * D + c, acc[0]);
+    } else {
+        const bool stored = id < a.capacity;
+        if (stored)
+            store_slots<VEC, kSlots>(a.partials + id * kSlots * D, D, c, acc);
+        if (first_lane)
+            a.run_of[run] = stored ? static_cast<int>(id) : kUnstoredRun;
+    }
+}
+
 /// Sums each segment's runs in entry order. A run that ends in the segment and began in it is
-/// written to grad_value; its first run, if begun before, and its last, if going on after, are
+/// finished (finish_run); its first run, if begun before, and its last, if going on after, are
 /// left in `pieces`. Each step reads kPerLane * R entries (kPerLane per lane, coalesced: key,
-/// payload, then coefficient), so the dependent reads' latency is paid once per step; their
-/// grad_output rows are requested 8 at a time before any is added.
-template <typename T, int VEC>
+/// payload, then corners' coefficients), so the dependent reads' latency is paid once per step;
+/// their grad_output rows are requested 8 (anchors: 4) at a time before any is added.
+template <typename T, int VEC, int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) gather_kernel(GatherArgs<T> a) {
     constexpr int kPerLane = 4;  // the step below adds u = 0..3 by hand
     const Group grp(a.layout);
     const std::int64_t D = a.channels;
-    const auto none = static_cast<unsigned>(a.rows);
+    const auto none = static_cast<unsigned>(a.none);
     for (std::int64_t seg = grp.first; seg < a.segments; seg += grp.step) {
         const std::int64_t begin = seg * a.segment, end = min(begin + a.segment, a.entries);
-        float *piece = a.pieces + seg * 2 * D;
+        float *piece = a.pieces + seg * 2 * kSlots * D;
         for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
-            const std::int64_t c = (static_cast<std::int64_t>(chunk) * grp.R + grp.r) * VEC;
+            const std::int64_t c = grp.channel(chunk, VEC);
             const bool active = c < D;
-            float acc[VEC] = {};
+            float acc[kSlots][VEC] = {};
             unsigned run = a.keys[begin];
             bool begun_before = begin > 0 && a.keys[begin - 1] == run;
+            // anchors: the current run's index; the runs begun in this segment count from
+            // run_starts[seg]
+            std::int64_t id = kSlots == 1 ? 0 : a.run_starts[seg] - (begun_before ? 1 : 0);
             const auto close = [&] {  // the run `run` ended before the next entry
-                if (run >= a.rows || !active)
+                if (run >= none || !active)
                     return;
                 if (begun_before)
-                    store<float, VEC>(piece + c, acc);
+                    store_slots<VEC, kSlots>(piece, D, c, acc);
                 else
-                    store<T, VEC>(a.grad_value + run * D + c, acc);
+                    finish_run<T, VEC, kSlots>(a, run, id, acc, c, chunk == 0 && grp.r == 0);
             };
-            // Adds the R entries held one per lane (key, weight, grad_output row), in lane order.
-            const auto add = [&](unsigned key, float w, unsigned query) {
-                for (int j0 = 0; j0 < grp.R; j0 += 8) {
-                    unsigned keys[8], queries[8];
-                    float weights[8], rows[8][VEC];
+            // Adds the R entries held one per lane (key, grad_output row, payload and, corners,
+            // coefficient), in lane order, kBatch rows requested before any is added. Anchors
+            // read their four coefficients here (the group's lanes share the load) instead of
+            // holding them across steps: registers. A slot outside the map adds nothing
+            // (0 * Inf would be NaN).
+            const auto add = [&](unsigned key, unsigned query, unsigned payload, float w) {
+                constexpr int kBatch = kSlots == 1 ? 8 : 4;
+                for (int j0 = 0; j0 < grp.R; j0 += kBatch) {
+                    unsigned keys[kBatch], queries[kBatch], payloads[kBatch];
+                    float weights[kBatch][kSlots], rows[kBatch][VEC];
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) {
+                    for (int j = 0; j < kBatch; ++j) {
                         const unsigned k = __shfl_sync(grp.mask, key, j0 + j, grp.R);
                         keys[j] = j0 + j < grp.R ? k : none;
-                        weights[j] = __shfl_sync(grp.mask, w, j0 + j, grp.R);
                         queries[j] = __shfl_sync(grp.mask, query, j0 + j, grp.R);
+                        if constexpr (kSlots == 1)
+                            weights[j][0] = __shfl_sync(grp.mask, w, j0 + j, grp.R);
+                        else
+                            payloads[j] = __shfl_sync(grp.mask, payload, j0 + j, grp.R);
                     }
 #pragma unroll
-                    for (int j = 0; j < 8; ++j)  // no entry there: query 0, read but not added
-                        if (active && keys[j] < none)
-                            load<T, VEC>(a.grad_out + static_cast<std::int64_t>(queries[j]) * D + c,
-                                         rows[j]);
+                    for (int j = 0; j < kBatch; ++j) {  // no entry there: nothing read
+                        if (!active || keys[j] >= none)
+                            continue;
+                        load<T, VEC>(a.grad_out + static_cast<std::int64_t>(queries[j]) * D + c,
+                                     rows[j]);
+                        if constexpr (kSlots > 1)
+                            coefficients<kSlots>(a.coef, point_of<kSlots>(payloads[j]), weights[j]);
+                    }
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) {
+                    for (int j = 0; j < kBatch; ++j) {
                         if (keys[j] >= none)
                             continue;
                         if (keys[j] != run) {
                             close();
                             run = keys[j];
                             begun_before = false;
+                            ++id;
 #pragma unroll
-                            for (int v = 0; v < VEC; ++v)
-                                acc[v] = 0.f;
+                            for (int s = 0; s < kSlots; ++s)
+#pragma unroll
+                                for (int v = 0; v < VEC; ++v)
+                                    acc[s][v] = 0.f;
                         }
-                        if (active)
+                        if (!active)
+                            continue;
 #pragma unroll
-                            for (int v = 0; v < VEC; ++v)
-                                acc[v] += weights[j] * rows[j][v];
+                        for (int s = 0; s < kSlots; ++s)
+                            if (slots_of<kSlots>(payloads[j]) >> s & 1u)
+#pragma unroll
+                                for (int v = 0; v < VEC; ++v)
+                                    acc[s][v] += weights[j][s] * rows[j][v];
                     }
                 }
             };
-            // Entries of a step, one per lane and u: keys and payloads, then (a dependent read)
-            // coefficients. The next step's are requested while this one's rows are added.
+            // Entries of a step, one per lane and u: keys and payloads, then (a dependent read,
+            // corners only) coefficients. The next step's are requested while this one's rows
+            // are added.
             const std::int64_t stride = kPerLane * grp.R;
-            unsigned key[kPerLane], id[kPerLane];
+            unsigned key[kPerLane], id_of[kPerLane];
             float w[kPerLane];
             const auto request = [&](std::int64_t i, unsigned (&k)[kPerLane],
                                      unsigned (&p)[kPerLane]) {
@@ -131,27 +225,30 @@ __global__ void __launch_bounds__(kThreads, 2) gather_kernel(GatherArgs<T> a) {
                                    float (&out)[kPerLane]) {
 #pragma unroll
                 for (int u = 0; u < kPerLane; ++u)
-                    out[u] = k[u] < none ? a.coef[p[u]] : 0.f;
+                    out[u] = kSlots == 1 && k[u] < none ? a.coef[p[u]] : 0.f;
             };
-            request(begin, key, id);
-            weigh(key, id, w);
+            const auto query = [&](unsigned payload) {
+                return point_of<kSlots>(payload) / a.per_query;
+            };
+            request(begin, key, id_of);
+            weigh(key, id_of, w);
             for (std::int64_t i = begin; i < end; i += stride) {
                 unsigned next_key[kPerLane], next_id[kPerLane];
                 float next_w[kPerLane];
                 request(i + stride, next_key, next_id);
-                add(key[0], w[0], id[0] / a.entries_per_query);
-                add(key[1], w[1], id[1] / a.entries_per_query);
+                add(key[0], query(id_of[0]), id_of[0], w[0]);
+                add(key[1], query(id_of[1]), id_of[1], w[1]);
                 weigh(next_key, next_id, next_w);
-                add(key[2], w[2], id[2] / a.entries_per_query);
-                add(key[3], w[3], id[3] / a.entries_per_query);
+                add(key[2], query(id_of[2]), id_of[2], w[2]);
+                add(key[3], query(id_of[3]), id_of[3], w[3]);
 #pragma unroll
                 for (int u = 0; u < kPerLane; ++u)
-                    key[u] = next_key[u], id[u] = next_id[u], w[u] = next_w[u];
+                    key[u] = next_key[u], id_of[u] = next_id[u], w[u] = next_w[u];
             }
             const bool goes_on = end < a.entries && a.keys[end] == run;
             if (goes_on && !begun_before) {
-                if (run < a.rows && active)
-                    store<float, VEC>(piece + D + c, acc);
+                if (run < none && active)
+                    store_slots<VEC, kSlots>(piece + kSlots * D, D, c, acc);
             } else {
                 close();
             }
@@ -159,36 +256,139 @@ __global__ void __launch_bounds__(kThreads, 2) gather_kernel(GatherArgs<T> a) {
     }
 }
 
-/// Adds up the pieces of every run that crosses a segment end, in segment order, and writes its
-/// row. The segment where the run began does it: its piece [1], then the next segments' [0].
-template <typename T, int VEC>
+/// Adds up the pieces of every run that crosses a segment end, in segment order, and finishes
+/// it. The segment where the run began does it: its piece [1], then the next segments' [0]. An
+/// anchors run finished here is the last one begun in its segment.
+template <typename T, int VEC, int kSlots>
 __global__ void __launch_bounds__(kThreads) fixup_kernel(GatherArgs<T> a) {
     const Group grp(a.layout);
     const std::int64_t D = a.channels;
+    const auto piece = [&](std::int64_t seg, int which) {
+        return a.pieces + (seg * 2 + which) * kSlots * D;
+    };
     for (std::int64_t seg = grp.first; seg < a.segments; seg += grp.step) {
         const std::int64_t begin = seg * a.segment, end = min(begin + a.segment, a.entries);
         const unsigned run = a.keys[end - 1];
-        const bool goes_on = end < a.entries && a.keys[end] == run && run < a.rows;
+        const bool goes_on = end < a.entries && a.keys[end] == run && run < a.none;
         const bool begun_before = a.keys[begin] == run && begin > 0 && a.keys[begin - 1] == run;
         if (!goes_on || begun_before)
             continue;
+        const std::int64_t id = kSlots == 1 ? 0 : a.run_starts[seg + 1] - 1;
         for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
-            const std::int64_t c = (static_cast<std::int64_t>(chunk) * grp.R + grp.r) * VEC;
+            const std::int64_t c = grp.channel(chunk, VEC);
             if (c >= D)
                 break;
-            float acc[VEC], part[VEC];
-            load<float, VEC>(a.pieces + seg * 2 * D + D + c, acc);
+            float acc[kSlots][VEC] = {};
+            add_slots<VEC, kSlots>(piece(seg, 1), D, c, acc);
             for (std::int64_t next = seg + 1;; ++next) {
-                load<float, VEC>(a.pieces + next * 2 * D + c, part);
-#pragma unroll
-                for (int v = 0; v < VEC; ++v)
-                    acc[v] += part[v];
+                add_slots<VEC, kSlots>(piece(next, 0), D, c, acc);
                 const std::int64_t next_end = min((next + 1) * a.segment, a.entries);
                 const bool spans_next = a.keys[next_end - 1] == run;  // the whole of it
                 if (!(spans_next && next_end < a.entries && a.keys[next_end] == run))
                     break;
             }
-            store<T, VEC>(a.grad_value + run * D + c, acc);
+            finish_run<T, VEC, kSlots>(a, run, id, acc, c, chunk == 0 && grp.r == 0);
+        }
+    }
+}
+
+/// run_starts[seg] = the runs (of keys below `none`) that begin in segment seg, and 0 at
+/// [segments]; a warp per segment.
+__global__ void __launch_bounds__(kThreads)
+    count_runs_kernel(const unsigned *keys, std::int64_t entries, unsigned none,
+                      std::int64_t segments, std::int64_t segment, int *run_starts) {
+    const int lane = threadIdx.x & 31;
+    const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
+    for (std::int64_t seg = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+         seg <= segments; seg += warps) {
+        int count = 0;
+        const std::int64_t begin = seg * segment, end = min(begin + segment, entries);
+        for (std::int64_t i0 = begin; i0 < end; i0 += 32) {
+            const std::int64_t i = i0 + lane;
+            const unsigned k = i < end ? keys[i] : none;
+            const bool starts = k < none && (i == 0 || keys[i - 1] != k);
+            count += __popc(__ballot_sync(kFullMask, starts));
+        }
+        if (lane == 0)
+            run_starts[seg] = count;
+    }
+}
+
+/// Adds slot `slot` of run `key`'s terms straight from its entries: for runs whose partial sums
+/// did not fit (kUnstoredRun), a binary search and a walk over the run.
+template <typename T, int VEC>
+__device__ void add_run_directly(const GatherArgs<T> &a, std::int64_t key, int slot,
+                                 std::int64_t c, float (&acc)[VEC]) {
+    std::int64_t lo = 0, hi = a.entries;
+    while (lo < hi) {
+        const std::int64_t mid = (lo + hi) / 2;
+        if (a.keys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (std::int64_t i = lo; i < a.entries && a.keys[i] == key; ++i) {
+        const unsigned payload = a.ids[i];
+        if (!(payload >> kSlotShift >> slot & 1u))
+            continue;
+        const unsigned point = payload & kPointMask;
+        const float w = a.coef[4 * static_cast<std::int64_t>(point) + slot];
+        float g[VEC];
+        load<T, VEC>(a.grad_out + static_cast<std::int64_t>(point / a.per_query) * a.channels + c,
+                     g);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)
+            acc[v] += w * g[v];
+    }
+}
+
+/// anchors: grad_value row (n, s, m) = for each level holding s (in level order), the slots
+/// that land on it: slot k of the anchor k & 1 columns left and k >> 1 rows up. Writes every row.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Level *levels = level_table(smem, 0);
+    const Shape &sh = a.shape;
+    load_levels(sh, levels);
+    __syncthreads();
+    const Group grp(a.layout);
+    const std::int64_t D = sh.channels, rows = sh.batch * sh.value_len * sh.heads;
+    const auto heads = static_cast<unsigned>(sh.heads), len = static_cast<unsigned>(sh.value_len);
+    for (std::int64_t row = grp.first; row < rows; row += grp.step) {
+        const auto at = static_cast<unsigned>(row);  // rows < 2^31 (fits_sorted)
+        const unsigned m = at % heads, ns = at / heads, pos = ns % len, n = ns / len;
+        const std::int64_t head_keys = (static_cast<std::int64_t>(n) * sh.heads + m) * sh.levels;
+        for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
+            const std::int64_t c = grp.channel(chunk, VEC);
+            if (c >= D)
+                break;
+            float acc[VEC] = {};
+            for (int l = 0; l < sh.levels; ++l) {
+                const Level lv = levels[l];
+                const int local = static_cast<int>(pos) - lv.start;
+                if (local < 0 || local >= lv.h * lv.w)
+                    continue;
+                const int y = local / lv.w, x = local - y * lv.w;
+                const std::int64_t level_keys = (head_keys + l) * sh.value_len;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int ax = x - (k & 1), ay = y - (k >> 1);
+                    if (ax < 0 || ay < 0)
+                        continue;
+                    const std::int64_t key = level_keys + ay * lv.w + ax;
+                    const int id = a.run_of[key];
+                    if (id >= 0) {
+                        float part[VEC];
+                        load<float, VEC>(a.partials + (id * std::int64_t{4} + k) * D + c, part);
+#pragma unroll
+                        for (int v = 0; v < VEC; ++v)
+                            acc[v] += part[v];
+                    } else if (id == kUnstoredRun) {
+                        add_run_directly<T, VEC>(a, key, k, c, acc);
+                    }
+                }
+            }
+            store<T, VEC>(a.grad_value + row * D + c, acc);
         }
     }
 }
@@ -197,48 +397,63 @@ std::size_t aligned_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
-std::size_t sorted_layout(const Problem &p, void *base, SortedScratch &s) {
-    s.entries = sorted_entries(p);
-    s.rows = sorted_rows(p);
+std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, SortedScratch &s) {
+    s.scheme = scheme;
+    const bool anchors = s.scheme == SortedScheme::anchors;
+    const std::int64_t points = sorted_points(p), rows = sorted_rows(p);
+    s.entries = anchors ? points : 4 * points;
+    s.keys_count = anchors ? rows * p.levels : rows;
+    s.capacity = anchors ? std::min(points, rows) : 0;
     s.key_bits = 1;
-    while (s.key_bits < 32 && (std::int64_t{1} << s.key_bits) <= s.rows)
+    while (s.key_bits < 32 && (std::int64_t{1} << s.key_bits) <= s.keys_count)
         ++s.key_bits;
-    s.temp_bytes = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, s.temp_bytes, static_cast<const unsigned *>(nullptr),
+    s.segment = segment_length(s.entries);
+    s.segments = (s.entries + s.segment - 1) / s.segment;
+    std::size_t sort_bytes = 0, scan_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const unsigned *>(nullptr),
                                     static_cast<unsigned *>(nullptr),
                                     static_cast<const unsigned *>(nullptr),
                                     static_cast<unsigned *>(nullptr),
                                     static_cast<int>(s.entries), 0, s.key_bits);
+    if (anchors)
+        cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int *>(nullptr),
+                                      static_cast<int *>(nullptr),
+                                      static_cast<int>(s.segments + 1));
+    s.temp_bytes = std::max(sort_bytes, scan_bytes);
     auto *at = static_cast<unsigned char *>(base);
     std::size_t used = 0;
-    const auto take = [&](std::size_t bytes) {
+    const auto take = [&](std::int64_t count, std::size_t size) {
         void *piece = at ? at + used : nullptr;
-        used += aligned_up(bytes);
+        used += aligned_up(static_cast<std::size_t>(count) * size);
         return piece;
     };
-    const auto entry_bytes = static_cast<std::size_t>(s.entries) * 4;
-    s.keys = static_cast<unsigned *>(take(entry_bytes));
-    s.ids = static_cast<unsigned *>(take(entry_bytes));
-    s.coef = static_cast<float *>(take(entry_bytes));
-    s.sorted_keys = static_cast<unsigned *>(take(entry_bytes));
-    s.sorted_ids = static_cast<unsigned *>(take(entry_bytes));
-    s.segment = segment_length(s.entries);
-    s.segments = (s.entries + s.segment - 1) / s.segment;
-    s.pieces = static_cast<float *>(
-        take(static_cast<std::size_t>(s.segments * 2 * p.channels) * sizeof(float)));
-    s.temp = take(s.temp_bytes);
+    const int slots = anchors ? 4 : 1;
+    s.keys = static_cast<unsigned *>(take(s.entries, 4));
+    s.ids = static_cast<unsigned *>(take(s.entries, 4));
+    s.coef = static_cast<float *>(take(4 * points, sizeof(float)));
+    s.sorted_keys = static_cast<unsigned *>(take(s.entries, 4));
+    s.sorted_ids = static_cast<unsigned *>(take(s.entries, 4));
+    s.pieces = static_cast<float *>(take(s.segments * 2 * slots * p.channels, sizeof(float)));
+    s.run_starts = static_cast<int *>(take(anchors ? s.segments + 1 : 0, sizeof(int)));
+    s.run_of = static_cast<int *>(take(anchors ? s.keys_count : 0, sizeof(int)));
+    s.partials = static_cast<float *>(take(s.capacity * 4 * p.channels, sizeof(float)));
+    s.temp = take(static_cast<std::int64_t>(s.temp_bytes), 1);
     return used;
 }
 
 template <typename T>
 cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_out,
                        T *grad_value, cudaStream_t stream) {
-    if (s.rows == 0 || p.channels == 0)
+    const std::int64_t rows = sorted_rows(p);
+    if (rows == 0 || p.channels == 0)
         return cudaSuccess;
-    // Rows no entry touches stay zero; every other row is written once, by one group.
-    if (const cudaError_t err = cudaMemsetAsync(
-            grad_value, 0, static_cast<std::size_t>(s.rows * p.channels) * sizeof(T), stream))
-        return err;
+    const bool anchors = s.scheme == SortedScheme::anchors;
+    // corners: rows no entry touches stay zero, every other one is written once, by one group;
+    // anchors: the combine pass writes every row.
+    if (!anchors || s.entries == 0)
+        if (const cudaError_t err = cudaMemsetAsync(
+                grad_value, 0, static_cast<std::size_t>(rows * p.channels) * sizeof(T), stream))
+            return err;
     if (s.entries == 0)
         return cudaSuccess;
     std::size_t temp_bytes = s.temp_bytes;
@@ -252,17 +467,42 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     const bool wide = p.channels % kVec == 0 && aligned(grad_out, kVec * sizeof(T)) &&
                       aligned(grad_value, kVec * sizeof(T));
     const Layout layout = layout_for(p, wide ? kVec : 1);
-    const GatherArgs<T> a{s.sorted_keys, s.sorted_ids, s.coef, grad_out, grad_value, s.pieces,
-                          s.entries,     s.rows,       p.channels, s.segments, s.segment,
-                          static_cast<unsigned>(p.levels * p.points * 4), layout};
+    const GatherArgs<T> a{s.sorted_keys, s.sorted_ids,  s.coef,         grad_out,
+                          grad_value,    s.pieces,      s.run_starts,   s.run_of,
+                          s.partials,    s.entries,     s.keys_count,   p.channels,
+                          s.segments,    s.segment,     s.capacity,
+                          static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)),
+                          layout,        shape_of(p)};
     const int blocks = blocks_for(((s.segments << layout.log2_lanes) + 31) / 32);
-    if (wide) {
-        gather_kernel<T, kVec><<<blocks, kThreads, 0, stream>>>(a);
-        fixup_kernel<T, kVec><<<blocks, kThreads, 0, stream>>>(a);
-    } else {
-        gather_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(a);
-        fixup_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(a);
+    if (anchors) {
+        if (const cudaError_t err = cudaMemsetAsync(
+                s.run_of, 0xff, static_cast<std::size_t>(s.keys_count) * sizeof(int), stream))
+            return err;
+        count_runs_kernel<<<blocks_for(s.segments + 1), kThreads, 0, stream>>>(
+            s.sorted_keys, s.entries, static_cast<unsigned>(s.keys_count), s.segments, s.segment,
+            s.run_starts);
+        temp_bytes = s.temp_bytes;
+        if (const cudaError_t err =
+                cub::DeviceScan::ExclusiveSum(s.temp, temp_bytes, s.run_starts, s.run_starts,
+                                              static_cast<int>(s.segments + 1), stream))
+            return err;
     }
+    const auto run = [&](auto vec) {
+        constexpr int VEC = decltype(vec)::value;
+        if (anchors) {
+            gather_kernel<T, VEC, 4><<<blocks, kThreads, 0, stream>>>(a);
+            fixup_kernel<T, VEC, 4><<<blocks, kThreads, 0, stream>>>(a);
+            const int row_blocks = blocks_for(((rows << layout.log2_lanes) + 31) / 32);
+            combine_kernel<T, VEC><<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
+        } else {
+            gather_kernel<T, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
+            fixup_kernel<T, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
+        }
+    };
+    if (wide)
+        run(std::integral_constant<int, kVec>{});
+    else
+        run(std::integral_constant<int, 1>{});
     return cudaGetLastError();
 }
 
@@ -277,9 +517,29 @@ template cudaError_t sum_sorted(const Problem &, const SortedScratch &, const __
 
 namespace turbo_physai::kernels::msda::cuda {
 
-std::size_t sorted_scratch_bytes(const Problem &p) {
+SortedScheme sorted_scheme(const Problem &p, SortedScheme asked) {
+    if (asked != SortedScheme::automatic)
+        return asked;
+    return detail::sorted_points(p) < detail::sorted_rows(p) ? SortedScheme::corners
+                                                             : SortedScheme::anchors;
+}
+
+bool fits_sorted(const Problem &p, SortedScheme scheme) {
+    constexpr std::int64_t kLimit = std::int64_t{1} << 31;
+    const std::int64_t points = detail::sorted_points(p), rows = detail::sorted_rows(p);
+    if (points < 0 || rows >= kLimit)
+        return false;
+    if (sorted_scheme(p, scheme) == SortedScheme::corners)
+        return points < kLimit / 4;
+    // anchors: point indices in 28 bits, keys (rows x levels) and run indices in an int
+    return points <= std::int64_t{detail::kPointMask} + 1 && p.levels < kLimit &&
+           rows * p.levels < kLimit;
+}
+
+std::size_t sorted_scratch_bytes(const Problem &p, SortedScheme scheme) {
     detail::SortedScratch s{};
-    return fits_sorted(p) ? detail::sorted_layout(p, nullptr, s) : 0;
+    return fits_sorted(p, scheme) ? detail::sorted_layout(p, sorted_scheme(p, scheme), nullptr, s)
+                                  : 0;
 }
 
 }  // namespace turbo_physai::kernels::msda::cuda

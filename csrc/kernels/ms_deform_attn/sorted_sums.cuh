@@ -1,13 +1,20 @@
 // csrc/kernels/ms_deform_attn/sorted_sums.cuh: the deterministic value gradient by sorting.
 //
-// Accumulation::sorted: the backward kernel records every (point, corner) it touches as an entry
-// (key: the grad_value row, payload: the entry's own index, and its coefficient attn * bilinear
-// weight) instead of adding to grad_value; a stable radix sort groups the entries by row, keeping
-// their original order inside each row; then a gather pass sums each row's entries in that order
-// (coefficient x the grad_output row of the entry's query) and writes the row. Every float is
-// added in an order fixed by the inputs alone, with no atomics, so the result is bit-reproducible
-// and non-finite terms follow IEEE sums. Costs entry arrays and a sort instead of the fixed-point
-// path's 64-bit atomics (4x the reduction requests of the float path, on an L2-bound kernel).
+// Accumulation::sorted: the backward kernel records its terms as entries (key, payload: the
+// entry's index, coefficients) instead of adding them to grad_value; a stable radix sort groups
+// the entries by key, keeping their original order inside each key; a gather pass sums each
+// key's run in that order. Every float is added in an order fixed by the inputs alone, with no
+// atomics, so the result is bit-reproducible and non-finite terms follow IEEE sums.
+//
+// Two schemes, by how many points share a value row (sorted_scheme):
+// - corners (sparse problems): one entry per (point, corner), keyed by the corner's grad_value
+//   row; a run is a whole row's terms, which the gather writes to grad_value.
+// - anchors (dense problems): one entry per point, keyed by (head, level, its top-left corner
+//   clamped into the map: the anchor), with the coefficients of the four "slots" (anchor,
+//   right, below, below-right) and which of them are corners inside the map. A run's four
+//   slot sums read each grad_output row once instead of four times, into `partials`; a final
+//   pass gives each grad_value row the slots that land on it, in a fixed order. A quarter of
+//   the entries to record and sort, for the partial sums' traffic.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,21 +26,41 @@
 
 namespace turbo_physai::kernels::msda::cuda::detail {
 
+/// Sampling points (N*Lq*M*L*P) and grad_value rows (N*S*M) of a problem.
+inline std::int64_t sorted_points(const Problem &p) {
+    return p.batch * p.queries * p.heads * p.levels * p.points;
+}
+inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len * p.heads; }
+
+/// An anchors payload: the point's index in the low bits, the inside slots in the top four.
+constexpr int kSlotShift = 28;
+constexpr unsigned kPointMask = (1u << kSlotShift) - 1u;
+
+/// run_of: a key with no run, and (only with overlapping levels whose areas add up past S: more
+/// runs than rows) a run whose partial sums did not fit and are summed from its entries instead.
+constexpr int kNoRun = -1, kUnstoredRun = -2;
+
 /// The caller's byte buffer (sorted_scratch_bytes) cut into the pieces of the sorted path.
 struct SortedScratch {
-    unsigned *keys, *ids;  ///< one entry per (point, corner), written by the backward kernel
-    float *coef;           ///< indexed by entry
+    SortedScheme scheme;
+    unsigned *keys, *ids;  ///< one entry per (point, corner) or per point, recorded by backward
+    float *coef;           ///< per entry (corners) or 4 per point (anchors)
     unsigned *sorted_keys, *sorted_ids;
-    float *pieces;  ///< partial sums of the runs that cross a segment's end (sorted_sums.cu)
+    float *pieces;    ///< partial sums of the runs that cross a segment's end (sorted_sums.cu)
+    int *run_starts;  ///< anchors: runs begun per segment, then (scanned) before each segment
+    int *run_of;      ///< anchors: the run of each key (kNoRun, kUnstoredRun)
+    float *partials;  ///< anchors: 4 slot sums of D floats per run, `capacity` runs
     void *temp;
     std::size_t temp_bytes;
-    std::int64_t entries, rows;  ///< N*Lq*M*L*P*4 and N*S*M; a key of `rows` marks no corner
+    std::int64_t entries, keys_count;  ///< a key of keys_count marks an entry that adds nothing
+    std::int64_t capacity;
     std::int64_t segments, segment;  ///< how many, and entries per segment (sorted_sums.cu)
-    int key_bits;                ///< the bits the sort looks at (rows < 2^key_bits)
+    int key_bits;                    ///< the bits the sort looks at (keys_count < 2^key_bits)
 };
 
-/// Lays the pieces out from `base` (nullptr: sizes only) and returns the bytes they take.
-std::size_t sorted_layout(const Problem &p, void *base, SortedScratch &out);
+/// Lays the pieces of `scheme` (resolved) out from `base` (nullptr: sizes only) and returns the
+/// bytes they take.
+std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, SortedScratch &out);
 
 /// Sorts the recorded entries and writes all of grad_value from them; `grad_out` dense
 /// (N, Lq, M, D) of T.

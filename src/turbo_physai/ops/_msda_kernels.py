@@ -24,6 +24,11 @@ _FLOAT32 = torch.float32
 _FLOAT64 = torch.float64
 _REDUCED = (torch.float16, torch.bfloat16)
 
+#: How the sorted deterministic CUDA backward records its terms: "auto" (the kernels choose by
+#: density), "corners" or "anchors" (ms_deform_attn_cuda.h); set by tests and benchmarks that
+#: compare the two.
+sorted_scheme = "auto"
+
 
 def check_grad_output(grad_output, value, sampling_locations):
     """The Python check of grad_output: fake tensors, reduced precision on the CPU, and any rank
@@ -60,6 +65,25 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 
 def _empty_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
+def _bare(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A new dense tensor on a storage of its own, never filled: for memory that a CUDA kernel
+    writes before anything reads it. (In deterministic mode torch.empty fills every new tensor,
+    ``torch.utils.deterministic.fill_uninitialized_memory``.)"""
+    numel = 1
+    for size in shape:
+        numel *= size
+    storage = torch.UntypedStorage(numel * dtype.itemsize, device=device)
+    return torch.empty(0, dtype=dtype, device=device).set_(storage, 0, shape)
+
+
+def _unfilled(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty for an output that a CUDA kernel writes all of; in deterministic mode a bare
+    one (the fill is a pass over memory the kernel overwrites: RT-DETR's grad_value, 275 MB)."""
+    if torch.are_deterministic_algorithms_enabled():
+        return _bare(shape, dtype, device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
@@ -128,7 +152,7 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor) -> torch.Tensor:
     n, _, m, d = value.shape
-    out = value.new_empty((n, sampling_locations.shape[1], m * d))
+    out = _unfilled((n, sampling_locations.shape[1], m * d), value.dtype, value.device)
     _core.ms_deform_attn_forward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), _to_dlpack(out), _stream(value))
@@ -153,23 +177,19 @@ def _fixed_point_bound(grad_output, attention_weights):
 
 def _deterministic_scratch(grad_output, value, sampling_locations, attention_weights):
     """(workspace, bound, flags) of a deterministic backward: a uint8 workspace for the sorted
-    accumulation (bit-reproducible float sums), or the int64 fixed-point workspace with its bound
-    and non-finite flags for problems beyond the sorted path's 32-bit entry indexing, and when
-    its workspace (about 20 bytes per point and corner) does not fit in memory."""
+    accumulation (bit-reproducible float sums, ``sorted_scheme``), or the int64 fixed-point
+    workspace with its bound and non-finite flags for problems beyond the sorted path's 32-bit
+    indexing, and when the sorted workspace does not fit in memory."""
     n, s, m, d = value.shape
     _, lq, _, levels, points, _ = sampling_locations.shape
     nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
-                                                         value.get_device())
+                                                         value.get_device(), sorted_scheme)
     if nbytes:
         try:
-            # A bare storage: torch.empty would fill it (deterministic mode fills new tensors), a
-            # pass over hundreds of MB that the kernels overwrite before reading.
-            storage = torch.UntypedStorage(nbytes, device=value.device)
+            # Hundreds of MB that the kernels write before reading them: not filled.
+            return _bare((nbytes,), torch.uint8, value.device), None, None
         except torch.OutOfMemoryError:
             pass  # the fixed-point path needs 8 bytes per element of value instead
-        else:
-            workspace = torch.empty(0, dtype=torch.uint8, device=value.device).set_(storage)
-            return workspace, None, None
     return (value.new_empty(value.shape, dtype=_INT64),
             _fixed_point_bound(grad_output, attention_weights),
             value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32))
@@ -181,7 +201,8 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if grad_output.dim() != 3:
         check_grad_output(grad_output, value, sampling_locations)
-    grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
+    grads = tuple(_unfilled(t.shape, t.dtype, t.device)
+                  for t in (value, sampling_locations, attention_weights))
     grad_output = _dense(grad_output)
     workspace = bound = flags = None
     if torch.are_deterministic_algorithms_enabled():
@@ -192,5 +213,5 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
     _core.ms_deform_attn_backward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), _to_dlpack(grad_output), *map(_to_dlpack, grads),
-        *capsules(workspace, bound, flags), _stream(value))
+        *capsules(workspace, bound, flags), _stream(value), sorted_scheme)
     return grads
