@@ -13,14 +13,24 @@ namespace {
 /// of one segment. A run that crosses a segment's end is summed in pieces, which fixup_kernel
 /// adds in segment order; so no run, however long, is one group's work, and the order of every
 /// sum is fixed by the problem's sizes and the GPU's SM count.
-int segment_length(std::int64_t entries) {
-    // About 64 groups' worth of segments per SM, 32 to 256 entries each.
-    const std::int64_t target = std::max<std::int64_t>(1, std::int64_t{multiprocessors()} * 64);
-    int length = 32;
-    while (length < 256 && length * target < entries)
-        length *= 2;
-    return length;
+///
+/// Segments of 32 to 256 entries, as many as fill whole waves of the gather's resident groups
+/// (2 blocks per SM of kThreads / R groups): a group's segment takes about the same time as any
+/// other's, so a last partial wave would leave SMs idle (fixed 256-entry segments gave the BEV
+/// shape 1.2 waves, the encoder 2.6).
+int segment_length(std::int64_t entries, int lanes_per_row) {
+    const std::int64_t groups =
+        std::int64_t{std::max(1, multiprocessors())} * 2 * (kThreads / lanes_per_row);
+    const std::int64_t waves = std::max<std::int64_t>(1, (entries + groups * 256 - 1) /
+                                                             (groups * 256));
+    const std::int64_t length = (entries + groups * waves - 1) / (groups * waves);
+    return static_cast<int>(std::clamp<std::int64_t>(length, 32, 256));
 }
+
+/// Channels per lane of the sums when D and the pointers allow: 4 for every type (8-byte loads of
+/// 16-bit rows), 8 lanes per row of 32 channels, so a gather step holds 32 entries (16 with 8
+/// channels per lane, measured slower).
+constexpr int kVec = 4;
 
 /// What the sums read and write; kSlots (below) is 1 for corners, 4 for anchors.
 template <typename T>
@@ -407,7 +417,10 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.key_bits = 1;
     while (s.key_bits < 32 && (std::int64_t{1} << s.key_bits) <= s.keys_count)
         ++s.key_bits;
-    s.segment = segment_length(s.entries);
+    // The gather's lanes per row when D allows kVec channels per lane (misaligned pointers
+    // would change it, and only how evenly the segments fill the waves).
+    const Layout expected = layout_for(p, p.channels % kVec == 0 ? kVec : 1);
+    s.segment = segment_length(s.entries, expected.lanes_per_row);
     s.segments = (s.entries + s.segment - 1) / s.segment;
     std::size_t sort_bytes = 0, scan_bytes = 0;
     cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const unsigned *>(nullptr),
@@ -461,9 +474,6 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
             s.temp, temp_bytes, s.keys, s.sorted_keys, s.ids, s.sorted_ids,
             static_cast<int>(s.entries), 0, s.key_bits, stream))
         return err;
-    // 4 channels per lane for every type (8-byte loads of 16-bit rows): 8 lanes per row of 32
-    // channels, so a step holds 32 entries (16 with 8 channels per lane, measured slower).
-    constexpr int kVec = 4;
     const bool wide = p.channels % kVec == 0 && aligned(grad_out, kVec * sizeof(T)) &&
                       aligned(grad_value, kVec * sizeof(T));
     const Layout layout = layout_for(p, wide ? kVec : 1);
