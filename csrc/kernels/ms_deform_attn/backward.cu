@@ -31,7 +31,9 @@ struct BackwardArgs {
 /// the sorted one by its scheme).
 enum class Mode { atomics, fixed_point, corners, anchors };
 
-__host__ __device__ constexpr bool is_sorted(Mode mode) { return mode == Mode::corners || mode == Mode::anchors; }
+__host__ __device__ constexpr bool is_sorted(Mode mode) {
+    return mode == Mode::corners || mode == Mode::anchors;
+}
 
 /// 2^(62 - e) for bound < 2^e: no sum of finite terms whose magnitudes add up to at most `bound`
 /// can reach 2^62, so the int64 accumulators never overflow. A power of two: scaling is exact.

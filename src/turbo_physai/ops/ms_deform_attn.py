@@ -33,10 +33,12 @@ CPU only).
 Determinism: the CPU backward is always bit-identical run after run and for any thread count, with
 or without ``torch.use_deterministic_algorithms`` (each gradient element has one owning thread).
 The CUDA forward is always deterministic; the CUDA backward adds value gradients with float
-atomics unless ``torch.are_deterministic_algorithms_enabled()``. Then each (point, corner)
-becomes an entry that a stable radix sort groups by value row, and each row's terms are summed in
-their original order (bit-identical run after run on one GPU model, IEEE sums for Inf and NaN;
-a transient workspace of about 20 bytes per entry). Problems beyond that path's 32-bit entry
+atomics unless ``torch.are_deterministic_algorithms_enabled()``. Then the terms become entries
+(one per point keyed by its top-left corner with four slot coefficients when there are at least
+as many points as value rows, else one per point and corner keyed by value row) that a stable
+radix sort groups by key, and each key's terms are summed in their original order (bit-identical
+run after run on one GPU model, IEEE sums for Inf and NaN; a transient workspace, 1.2-1.5x the
+default backward's time on large shapes: docs/ops.md). Problems beyond that path's 32-bit
 indexing, or whose workspace does not fit in memory, add them as 64-bit fixed-point integers
 instead (order-independent) scaled from ``max|grad_output| * sum|attention_weights|`` over finite
 entries, with per-element flags giving Inf and NaN terms the IEEE sum. See docs/ops.md.
