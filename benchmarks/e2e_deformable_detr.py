@@ -1,7 +1,7 @@
 """benchmarks/e2e_deformable_detr.py: Deformable DETR (ResNet-50, 800x1333), stock vs ours.
 
     PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
-        [--compile-layers MODE] [--compile-model MODE]
+        [--compile-layers MODE] [--compile-model MODE] [--deterministic]
 
 Deformable DETR with a ResNet-50 backbone (transformers' own ResNet, random init: nothing is
 downloaded), batch 2, 800x1333, float32. "Ours" swaps transformers'
@@ -13,15 +13,20 @@ backward of ``logits.sum() + pred_boxes.sum()``; no optimizer step), synchronize
 iteration; the largest difference of logits and boxes between the two in eval mode; and a
 profiler table of one training step with ours (where the remaining time goes). Default device:
 cuda if there is a GPU, else cpu (with smaller --batch/--height/--width for a catalog check).
+``--deterministic`` also measures both under ``torch.use_deterministic_algorithms(True,
+warn_only=True)`` (cuBLAS workspace config set as torch asks), lists the ops that warned (no
+deterministic implementation) and adds the profiler table of ours in that mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -89,6 +94,31 @@ def measure(model, pixels, device, reps):
     return figures, eval_out, train_step
 
 
+def measure_deterministic(model, pixels, device, reps):
+    """`measure` in deterministic mode, warn-only, with the ops that warned."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            figures, out, step = measure(model, pixels, device, reps)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    figures["nondeterministic_ops"] = sorted(
+        {str(w.message).split(" does not have")[0] for w in caught
+         if "deterministic implementation" in str(w.message)})
+    return figures, out, step
+
+
+def deterministic_profile_table(step, device):
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return profile_table(step, device)
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def measure_compiled(model, pixels, device, reps, compile_group, options):
     """The catalog's msda group plus one of its compile groups: first-call (compile) seconds of
     inference and of a training step, then the same figures as `measure`."""
@@ -150,16 +180,29 @@ def main(argv=None):
                         help="also measure the catalog's transformers.deformable_detr."
                              "compile_model group (the whole DeformableDetrModel, mode MODE, "
                              "e.g. reduce-overhead) on top of our op")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="also measure stock and ours in deterministic mode (warn-only)")
     args = parser.parse_args(argv)
+    if args.deterministic:  # before cuBLAS starts: its deterministic mode needs this workspace
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     model = build_model(args.device)
     gen = torch.Generator().manual_seed(1)
     pixels = torch.randn(args.batch, 3, args.height, args.width, generator=gen).to(args.device)
 
     stock, stock_out, _ = measure(model, pixels, args.device, args.reps)
+    deterministic = {}
+    if args.deterministic:
+        deterministic["stock_deterministic"], _, _ = measure_deterministic(
+            model, pixels, args.device, args.reps)
     report = turbo_physai.apply(groups=[GROUP], strict=True)
     try:
         ours, ours_out, step = measure(model, pixels, args.device, args.reps)
         table = profile_table(step, args.device)
+        if args.deterministic:
+            figures, out, _ = measure_deterministic(model, pixels, args.device, args.reps)
+            figures["max_abs_diff_logits_boxes"] = max_diff(out, stock_out)
+            deterministic["ours_deterministic"] = figures
+            table += "\nIn deterministic mode:\n" + deterministic_profile_table(step, args.device)
     finally:
         turbo_physai.rollback()
     result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -167,7 +210,7 @@ def main(argv=None):
               "command": " ".join(sys.argv),
               "shape": [args.batch, 3, args.height, args.width], "stock": stock, "ours": ours,
               "max_abs_diff_logits_boxes": max_diff(ours_out, stock_out),
-              "groups": [(g.id, g.status) for g in report.groups]}
+              "groups": [(g.id, g.status) for g in report.groups], **deterministic}
     compiled_variants = (
         ("ours_compiled_layers", args.compile_layers, "transformers.deformable_detr.compile",
          {"mode": args.compile_layers, "dynamic": False}),

@@ -423,10 +423,8 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.segment = segment_length(s.entries, expected.lanes_per_row);
     s.segments = (s.entries + s.segment - 1) / s.segment;
     std::size_t sort_bytes = 0, scan_bytes = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const unsigned *>(nullptr),
-                                    static_cast<unsigned *>(nullptr),
-                                    static_cast<const unsigned *>(nullptr),
-                                    static_cast<unsigned *>(nullptr),
+    cub::DoubleBuffer<unsigned> sizes_only;
+    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, sizes_only, sizes_only,
                                     static_cast<int>(s.entries), 0, s.key_bits);
     if (anchors)
         cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int *>(nullptr),
@@ -469,27 +467,30 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
             return err;
     if (s.entries == 0)
         return cudaSuccess;
+    // The entries and their second buffers take turns as each pass's source and destination
+    // (CUB's other form keeps a third copy in its temporary storage); CUB picks, on the host, the
+    // buffer the last pass leaves them in.
+    cub::DoubleBuffer<unsigned> keys(s.keys, s.sorted_keys), ids(s.ids, s.sorted_ids);
     std::size_t temp_bytes = s.temp_bytes;
-    if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
-            s.temp, temp_bytes, s.keys, s.sorted_keys, s.ids, s.sorted_ids,
-            static_cast<int>(s.entries), 0, s.key_bits, stream))
+    if (const cudaError_t err =
+            cub::DeviceRadixSort::SortPairs(s.temp, temp_bytes, keys, ids,
+                                            static_cast<int>(s.entries), 0, s.key_bits, stream))
         return err;
     const bool wide = p.channels % kVec == 0 && aligned(grad_out, kVec * sizeof(T)) &&
                       aligned(grad_value, kVec * sizeof(T));
     const Layout layout = layout_for(p, wide ? kVec : 1);
-    const GatherArgs<T> a{s.sorted_keys, s.sorted_ids,  s.coef,         grad_out,
-                          grad_value,    s.pieces,      s.run_starts,   s.run_of,
-                          s.partials,    s.entries,     s.keys_count,   p.channels,
-                          s.segments,    s.segment,     s.capacity,
-                          static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)),
-                          layout,        shape_of(p)};
+    const GatherArgs<T> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value, s.pieces,
+                          s.run_starts, s.run_of, s.partials, s.entries, s.keys_count,
+                          p.channels, s.segments, s.segment, s.capacity,
+                          static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)), layout,
+                          shape_of(p)};
     const int blocks = blocks_for(((s.segments << layout.log2_lanes) + 31) / 32);
     if (anchors) {
         if (const cudaError_t err = cudaMemsetAsync(
                 s.run_of, 0xff, static_cast<std::size_t>(s.keys_count) * sizeof(int), stream))
             return err;
         count_runs_kernel<<<blocks_for(s.segments + 1), kThreads, 0, stream>>>(
-            s.sorted_keys, s.entries, static_cast<unsigned>(s.keys_count), s.segments, s.segment,
+            keys.Current(), s.entries, static_cast<unsigned>(s.keys_count), s.segments, s.segment,
             s.run_starts);
         temp_bytes = s.temp_bytes;
         if (const cudaError_t err =

@@ -45,7 +45,7 @@ struct SortedScratch {
     SortedScheme scheme;
     unsigned *keys, *ids;  ///< one entry per (point, corner) or per point, recorded by backward
     float *coef;           ///< per entry (corners) or 4 per point (anchors)
-    unsigned *sorted_keys, *sorted_ids;
+    unsigned *sorted_keys, *sorted_ids;  ///< the sort's second buffers (it ends in either)
     float *pieces;    ///< partial sums of the runs that cross a segment's end (sorted_sums.cu)
     int *run_starts;  ///< anchors: runs begun per segment, then (scanned) before each segment
     int *run_of;      ///< anchors: the run of each key (kNoRun, kUnstoredRun)
