@@ -308,7 +308,8 @@ void bind_ms_deform_attn(nb::module_ &m) {
           nb::arg("value_len"), nb::arg("heads"), nb::arg("channels"), nb::arg("queries"),
           nb::arg("levels"), nb::arg("points"), nb::arg("device"), nb::arg("scheme") = "auto",
           "Bytes of the uint8 workspace of the sorted deterministic backward (N, S, M, D, Lq, "
-          "L, P) on CUDA device `device`; 0 if the problem needs the int64 workspace instead.");
+          "L, P) on CUDA device `device` for `scheme` ('auto', 'corners' or 'anchors', as "
+          "passed to the backward); 0 if the problem needs the int64 workspace instead.");
 #endif
 }
 

@@ -486,6 +486,7 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
                           shape_of(p)};
     const int blocks = blocks_for(((s.segments << layout.log2_lanes) + 31) / 32);
     if (anchors) {
+        static_assert(kNoRun == -1, "run_of starts as all 0xff bytes");
         if (const cudaError_t err = cudaMemsetAsync(
                 s.run_of, 0xff, static_cast<std::size_t>(s.keys_count) * sizeof(int), stream))
             return err;

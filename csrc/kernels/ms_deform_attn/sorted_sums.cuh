@@ -53,7 +53,7 @@ struct SortedScratch {
     void *temp;
     std::size_t temp_bytes;
     std::int64_t entries, keys_count;  ///< a key of keys_count marks an entry that adds nothing
-    std::int64_t capacity;
+    std::int64_t capacity;           ///< anchors: runs with room for partials, min(points, rows)
     std::int64_t segments, segment;  ///< how many, and entries per segment (sorted_sums.cu)
     int key_bits;                    ///< the bits the sort looks at (keys_count < 2^key_bits)
 };
