@@ -248,6 +248,51 @@ def test_deterministic_backward_when_one_value_row_takes_every_point(accumulatio
     deterministic_grads_match_float64(args)
 
 
+def test_deterministic_backward_falls_back_to_fixed_point_when_the_sorted_workspace_fails(
+        monkeypatch):
+    # 4 M points on a 2x2 map: the sorted workspace is ~140 MB, the fixed-point one 128 bytes of
+    # value. With the allocator capped at the fixed-point call's own peak plus half the sorted
+    # workspace, allocating that workspace raises OutOfMemoryError and the call takes the
+    # fixed-point path: its gradients are bit-identical to a call forced onto that path.
+    args = make(n=1, lq=2**20, levels=((2, 2),), m=1, d=4, p=4)
+    g = torch.randn(1, 2**20, 4, device="cuda")
+    nbytes = _core.ms_deform_attn_sorted_workspace_bytes(1, 4, 1, 4, 2**20, 1, 4, 0)
+    assert nbytes > 100 * 2**20
+    bounds = []
+    real_bound = _msda_kernels._fixed_point_bound
+    monkeypatch.setattr(_msda_kernels, "_fixed_point_bound",
+                        lambda *a: bounds.append(1) or real_bound(*a))
+
+    def deterministic_grads():
+        torch.use_deterministic_algorithms(True)
+        try:
+            return forward_backward("fast", args, g)[1]
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    with monkeypatch.context() as forced:
+        forced.setattr(_core, "ms_deform_attn_sorted_workspace_bytes", lambda *a: 0)
+        expected = deterministic_grads()
+        # The peak of a second such call, `expected` held as it will be in the capped one.
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        deterministic_grads()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_reserved()
+    assert len(bounds) == 2
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction((peak + nbytes // 2) / total)
+    try:
+        grads_ = deterministic_grads()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert len(bounds) == 3  # the fixed-point path ran
+    for mine, ref in zip(grads_, expected, strict=True):
+        assert torch.equal(mine, ref)
+
+
 @pytest.mark.parametrize("lq", [2, 60])
 def test_deterministic_backward_with_overlapping_levels(lq, accumulation):
     # A 6x5 and a 5x6 level over the same 30 rows of value (the CUDA op does not read the level
