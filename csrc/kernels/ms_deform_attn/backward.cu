@@ -297,14 +297,14 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
                 if (prepares) {
                     Point pt;
                     PointGrad pg;
-                    const int level = ln.level(a.s, base);
-                    const Level lv = prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s),
-                                                   points, base + ln.prep_k, level, levels, pt, pg);
+                    const Level lv =
+                        prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s), points,
+                                      base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
                     points_of[ln.lane] = pt;
                     grads_of[ln.lane] = pg;
-                    if constexpr (is_sorted(kMode))  // (hoisting this index spills)
+                    if constexpr (is_sorted(kMode))  // (hoisting these indices spills)
                         sums.record(h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k, pt,
-                                    pg, h, a.s, level, lv.start);
+                                    pg, h, a.s, ln.level(a.s, base), lv.start);
                     scale_x = pg.attn * static_cast<float>(lv.w);
                     scale_y = pg.attn * static_cast<float>(lv.h);
                 }
