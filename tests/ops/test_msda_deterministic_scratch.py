@@ -42,6 +42,14 @@ def test_the_sorted_workspace_when_the_binding_sizes_one(inputs, monkeypatch):
     assert calls == [(2, 42, 2, 4, 5, 2, 3, -1, "auto")]
 
 
+def test_the_sorted_scheme_setting_reaches_the_size_query(inputs, monkeypatch):
+    # The backward binding gets the same scheme (backward_cuda passes sorted_scheme to both).
+    calls = report_sorted_bytes(monkeypatch, 4096)
+    monkeypatch.setattr(_msda_kernels, "sorted_scheme", "anchors")
+    _msda_kernels._deterministic_scratch(*inputs)
+    assert calls[-1][-1] == "anchors"
+
+
 def test_the_fixed_point_workspace_beyond_32_bit_entries(inputs, monkeypatch):
     report_sorted_bytes(monkeypatch, 0)
     workspace, bound, flags = _msda_kernels._deterministic_scratch(*inputs)
