@@ -176,8 +176,9 @@ struct Sums<Mode::anchors> {
 #pragma unroll
             for (int k = 0; k < 4; ++k)
                 c[k] = pg.attn * sxy[k];
-            key = static_cast<unsigned>(((h.n * s.heads + h.m) * s.levels + level) * s.value_len +
-                                        (pt.row[0] - level_start));
+            key = static_cast<unsigned>(anchor_key(h.n * s.heads + h.m, level,
+                                                   pt.row[0] - level_start, s.levels,
+                                                   s.value_len));
         }
         keys[at] = key;
         ids[at] = static_cast<unsigned>(at) | slots << kSlotShift;

@@ -15,12 +15,14 @@ namespace {
 /// sum is fixed by the problem's sizes and the GPU's SM count.
 ///
 /// Segments of 32 to 256 entries, as many as fill whole waves of the gather's resident groups
-/// (2 blocks per SM of kThreads / R groups): a group's segment takes about the same time as any
-/// other's, so a last partial wave would leave SMs idle (fixed 256-entry segments gave the BEV
-/// shape 1.2 waves, the encoder 2.6).
+/// (kGatherBlocksPerSM blocks per SM of kThreads / R groups): a group's segment takes about the
+/// same time as any other's, so a last partial wave would leave SMs idle (fixed 256-entry
+/// segments gave the BEV shape 1.2 waves, the encoder 2.6).
+constexpr int kGatherBlocksPerSM = 2;
+
 int segment_length(std::int64_t entries, int lanes_per_row) {
-    const std::int64_t groups =
-        std::int64_t{std::max(1, multiprocessors())} * 2 * (kThreads / lanes_per_row);
+    const std::int64_t groups = std::int64_t{std::max(1, multiprocessors())} *
+                                kGatherBlocksPerSM * (kThreads / lanes_per_row);
     const std::int64_t waves = std::max<std::int64_t>(1, (entries + groups * 256 - 1) /
                                                              (groups * 256));
     const std::int64_t length = (entries + groups * waves - 1) / (groups * waves);
@@ -83,12 +85,22 @@ __device__ inline unsigned slots_of(unsigned payload) {
 
 template <int kSlots>
 __device__ inline void coefficients(const float *coef, unsigned point, float (&w)[kSlots]) {
-    if constexpr (kSlots == 4) {
+    if constexpr (kSlots == kAnchorSlots) {  // a float4 per point
         const float4 c = reinterpret_cast<const float4 *>(coef)[point];
         w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
     } else {
         w[0] = coef[point];
     }
+}
+
+/// acc += VEC floats from `from`.
+template <int VEC>
+__device__ inline void add_floats(const float *from, float (&acc)[VEC]) {
+    float part[VEC];
+    load<float, VEC>(from, part);
+#pragma unroll
+    for (int v = 0; v < VEC; ++v)
+        acc[v] += part[v];
 }
 
 /// kSlots sums of VEC channels from `to`, slot s at to + s * D.
@@ -103,13 +115,8 @@ template <int VEC, int kSlots>
 __device__ inline void add_slots(const float *from, std::int64_t D, std::int64_t c,
                                  float (&acc)[kSlots][VEC]) {
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        float part[VEC];
-        load<float, VEC>(from + s * D + c, part);
-#pragma unroll
-        for (int v = 0; v < VEC; ++v)
-            acc[s][v] += part[v];
-    }
+    for (int s = 0; s < kSlots; ++s)
+        add_floats<VEC>(from + s * D + c, acc[s]);
 }
 
 /// A whole run's sums: corners, its grad_value row; anchors, run `id`'s partial sums (if within
@@ -136,7 +143,7 @@ __device__ inline void finish_run(const GatherArgs<T> &a, unsigned run, std::int
 /// payload, then corners' coefficients), so the dependent reads' latency is paid once per step;
 /// their grad_output rows are requested 8 (anchors: 4) at a time before any is added.
 template <typename T, int VEC, int kSlots>
-__global__ void __launch_bounds__(kThreads, 2) gather_kernel(GatherArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(GatherArgs<T> a) {
     constexpr int kPerLane = 4;  // the step below adds u = 0..3 by hand
     const Group grp(a.layout);
     const std::int64_t D = a.channels;
@@ -342,7 +349,7 @@ __device__ void add_run_directly(const GatherArgs<T> &a, std::int64_t key, int s
         if (!(payload >> kSlotShift >> slot & 1u))
             continue;
         const unsigned point = payload & kPointMask;
-        const float w = a.coef[4 * static_cast<std::int64_t>(point) + slot];
+        const float w = a.coef[kAnchorSlots * static_cast<std::int64_t>(point) + slot];
         float g[VEC];
         load<T, VEC>(a.grad_out + static_cast<std::int64_t>(point / a.per_query) * a.channels + c,
                      g);
@@ -367,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
     for (std::int64_t row = grp.first; row < rows; row += grp.step) {
         const auto at = static_cast<unsigned>(row);  // rows < 2^31 (fits_sorted)
         const unsigned m = at % heads, ns = at / heads, pos = ns % len, n = ns / len;
-        const std::int64_t head_keys = (static_cast<std::int64_t>(n) * sh.heads + m) * sh.levels;
+        const std::int64_t head = static_cast<std::int64_t>(n) * sh.heads + m;
         for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
             const std::int64_t c = grp.channel(chunk, VEC);
             if (c >= D)
@@ -379,23 +386,19 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
                 if (local < 0 || local >= lv.h * lv.w)
                     continue;
                 const int y = local / lv.w, x = local - y * lv.w;
-                const std::int64_t level_keys = (head_keys + l) * sh.value_len;
+                const std::int64_t level_keys = anchor_key(head, l, 0, sh.levels, sh.value_len);
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
+                for (int k = 0; k < kAnchorSlots; ++k) {
                     const int ax = x - (k & 1), ay = y - (k >> 1);
                     if (ax < 0 || ay < 0)
                         continue;
                     const std::int64_t key = level_keys + ay * lv.w + ax;
                     const int id = a.run_of[key];
-                    if (id >= 0) {
-                        float part[VEC];
-                        load<float, VEC>(a.partials + (id * std::int64_t{4} + k) * D + c, part);
-#pragma unroll
-                        for (int v = 0; v < VEC; ++v)
-                            acc[v] += part[v];
-                    } else if (id == kUnstoredRun) {
+                    if (id >= 0)
+                        add_floats<VEC>(
+                            a.partials + (id * std::int64_t{kAnchorSlots} + k) * D + c, acc);
+                    else if (id == kUnstoredRun)
                         add_run_directly<T, VEC>(a, key, k, c, acc);
-                    }
                 }
             }
             store<T, VEC>(a.grad_value + row * D + c, acc);
@@ -438,7 +441,7 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
         used += aligned_up(static_cast<std::size_t>(count) * size);
         return piece;
     };
-    const int slots = anchors ? 4 : 1;
+    const int slots = anchors ? kAnchorSlots : 1;
     s.keys = static_cast<unsigned *>(take(s.entries, 4));
     s.ids = static_cast<unsigned *>(take(s.entries, 4));
     s.coef = static_cast<float *>(take(4 * points, sizeof(float)));
@@ -447,7 +450,8 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.pieces = static_cast<float *>(take(s.segments * 2 * slots * p.channels, sizeof(float)));
     s.run_starts = static_cast<int *>(take(anchors ? s.segments + 1 : 0, sizeof(int)));
     s.run_of = static_cast<int *>(take(anchors ? s.keys_count : 0, sizeof(int)));
-    s.partials = static_cast<float *>(take(s.capacity * 4 * p.channels, sizeof(float)));
+    s.partials =
+        static_cast<float *>(take(s.capacity * kAnchorSlots * p.channels, sizeof(float)));
     s.temp = take(static_cast<std::int64_t>(s.temp_bytes), 1);
     return used;
 }
@@ -502,8 +506,8 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     const auto run = [&](auto vec) {
         constexpr int VEC = decltype(vec)::value;
         if (anchors) {
-            gather_kernel<T, VEC, 4><<<blocks, kThreads, 0, stream>>>(a);
-            fixup_kernel<T, VEC, 4><<<blocks, kThreads, 0, stream>>>(a);
+            gather_kernel<T, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
+            fixup_kernel<T, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
             const int row_blocks = blocks_for(((rows << layout.log2_lanes) + 31) / 32);
             combine_kernel<T, VEC><<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
         } else {

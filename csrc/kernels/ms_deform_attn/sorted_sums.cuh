@@ -36,6 +36,17 @@ inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len
 constexpr int kSlotShift = 28;
 constexpr unsigned kPointMask = (1u << kSlotShift) - 1u;
 
+/// Slot sums per anchors run: anchor, right, below, below-right.
+constexpr int kAnchorSlots = 4;
+
+/// The anchors key of the anchor at `local` (its index in its level's map) of level `level` of
+/// head `head` (n * M + m): keys run over N*M*L*S. The record writes it, the combine looks it up.
+__host__ __device__ inline std::int64_t anchor_key(std::int64_t head, std::int64_t level,
+                                                   std::int64_t local, std::int64_t levels,
+                                                   std::int64_t value_len) {
+    return (head * levels + level) * value_len + local;
+}
+
 /// run_of: a key with no run, and (only with overlapping levels whose areas add up past S: more
 /// runs than rows) a run whose partial sums did not fit and are summed from its entries instead.
 constexpr int kNoRun = -1, kUnstoredRun = -2;
