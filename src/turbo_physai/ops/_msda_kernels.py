@@ -12,6 +12,8 @@ tensors that require grad, and the kernels only read them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from turbo_physai import _core
@@ -71,10 +73,7 @@ def _bare(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A new dense tensor on a storage of its own, never filled: for memory that a CUDA kernel
     writes before anything reads it. (In deterministic mode torch.empty fills every new tensor,
     ``torch.utils.deterministic.fill_uninitialized_memory``.)"""
-    numel = 1
-    for size in shape:
-        numel *= size
-    storage = torch.UntypedStorage(numel * dtype.itemsize, device=device)
+    storage = torch.UntypedStorage(math.prod(shape) * dtype.itemsize, device=device)
     return torch.empty(0, dtype=dtype, device=device).set_(storage, 0, shape)
 
 
@@ -190,9 +189,10 @@ def _deterministic_scratch(grad_output, value, sampling_locations, attention_wei
             return _bare((nbytes,), torch.uint8, value.device), None, None
         except torch.OutOfMemoryError:
             pass  # the fixed-point path needs 8 bytes per element of value instead
-    return (value.new_empty(value.shape, dtype=_INT64),
+    # The kernels zero both before use: not filled either.
+    return (_bare(value.shape, _INT64, value.device),
             _fixed_point_bound(grad_output, attention_weights),
-            value.new_empty(((value.numel() + 7) // 8,), dtype=torch.int32))
+            _bare(((value.numel() + 7) // 8,), torch.int32, value.device))
 
 
 def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes: torch.Tensor,
