@@ -248,6 +248,19 @@ def test_deterministic_backward_when_one_value_row_takes_every_point(accumulatio
     deterministic_grads_match_float64(args)
 
 
+@pytest.mark.parametrize(("lq", "levels"), [
+    (1024, ((512, 511),)), (1025, ((512, 511),)), (1280, ((6, 5),)), (1281, ((6, 5),)),
+    (320, ((6, 5), (3, 4))), (321, ((6, 5), (3, 4)))])
+def test_deterministic_backward_at_the_limits_of_the_block_sorts(lq, levels, accumulation):
+    # corners sorts each head's entries (Lq*L*P*4) in one block when they fit it (20480) and
+    # their index and row fit one 32-bit word: 16384 entries (14 bits) on 261632 rows (18 bits
+    # with the mark of corners outside the map) fill all 32 bits, one more query needs a 15th;
+    # 1280 queries fill the block, 1281 do not. Past either limit the global sort runs. Each
+    # (head, level) gets its own block when a level's entries fit 5120: 320 queries of two
+    # levels do, 321 take a block per head.
+    deterministic_grads_match_float64(make(n=1, lq=lq, levels=levels, m=1, d=4, p=4))
+
+
 def test_deterministic_backward_falls_back_to_fixed_point_when_the_sorted_workspace_fails(
         monkeypatch):
     # 4 M points on a 2x2 map: the sorted workspace is ~140 MB, the fixed-point one 128 bytes of
@@ -322,6 +335,29 @@ def test_deterministic_backward_with_overlapping_levels(lq, accumulation):
         assert torch.equal(a, b)
     for mine, ref in zip(runs[0], refs, strict=True):
         close(mine, ref, GRAD_TOL[torch.float32])
+
+
+@pytest.mark.parametrize("scheme", ["corners", "anchors"])
+def test_sorted_sums_keep_the_precision_of_small_rows_next_to_large_ones(scheme, monkeypatch):
+    # Head 0's grad_output around 1e-30, head 1's around 1e30, in one call: each head's value
+    # gradient keeps float32 precision relative to its own size (float sums; the int64 path's
+    # one scale for the whole tensor would leave head 0 all zeros).
+    monkeypatch.setattr(_msda_kernels, "sorted_scheme", scheme)
+    args = make(n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32, p=4)
+    g = torch.randn(2, 64, 2, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    g[:, :, 0] *= 1e-30
+    g[:, :, 1] *= 1e30
+    _, refs = forward_backward("fast", cpu64(args), g.view(2, 64, 64))
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, mine = forward_backward("fast", args, g.view(2, 64, 64).float().cuda())
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for head in range(2):
+        ref = refs[0][:, :, head]
+        assert ref.abs().max() > (1e-31 if head == 0 else 1e29)
+        torch.testing.assert_close(mine[0][:, :, head].cpu().double(), ref, rtol=1e-4,
+                                   atol=1e-4 * ref.abs().max().item())
 
 
 @pytest.mark.parametrize("shape", [{"n": 0}, {"lq": 0}, {"d": 0}])

@@ -54,7 +54,8 @@ enum class Accumulation {
     /// Deterministic, faster: the terms become entries in `workspace` (sorted_scratch_bytes(p)
     /// bytes): per (point, corner) keyed by grad_value row, or for dense problems per point keyed
     /// by its top-left corner with four slot coefficients; a stable radix sort groups them by key
-    /// and gather passes sum each key's terms in their original order (sorted_sums.cuh). Bit-
+    /// (of all entries, or per head or per (head, level) in one block each when those fit) and
+    /// gather passes sum each key's terms in their original order (sorted_sums.cuh). Bit-
     /// reproducible, IEEE sums for non-finite terms; needs fits_sorted(p).
     sorted,
 };

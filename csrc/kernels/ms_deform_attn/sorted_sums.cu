@@ -417,18 +417,18 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.entries = anchors ? points : 4 * points;
     s.keys_count = anchors ? rows * p.levels : rows;
     s.capacity = anchors ? std::min(points, rows) : 0;
-    s.key_bits = 1;
-    while (s.key_bits < 32 && (std::int64_t{1} << s.key_bits) <= s.keys_count)
-        ++s.key_bits;
+    s.key_bits = bits_for(s.keys_count + 1);  // keys up to keys_count (`none`)
     // The gather's lanes per row when D allows kVec channels per lane (misaligned pointers
     // would change it, and only how evenly the segments fill the waves).
     const Layout expected = layout_for(p, p.channels % kVec == 0 ? kVec : 1);
     s.segment = segment_length(s.entries, expected.lanes_per_row);
     s.segments = (s.entries + s.segment - 1) / s.segment;
     std::size_t sort_bytes = 0, scan_bytes = 0;
+    s.block_sorted = anchors ? BlockSorted::no : block_sorted(p);
     cub::DoubleBuffer<unsigned> sizes_only;
-    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, sizes_only, sizes_only,
-                                    static_cast<int>(s.entries), 0, s.key_bits);
+    if (s.block_sorted == BlockSorted::no)
+        cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, sizes_only, sizes_only,
+                                        static_cast<int>(s.entries), 0, s.key_bits);
     if (anchors)
         cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int *>(nullptr),
                                       static_cast<int *>(nullptr),
@@ -476,10 +476,15 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     // buffer the last pass leaves them in.
     cub::DoubleBuffer<unsigned> keys(s.keys, s.sorted_keys), ids(s.ids, s.sorted_ids);
     std::size_t temp_bytes = s.temp_bytes;
-    if (const cudaError_t err =
-            cub::DeviceRadixSort::SortPairs(s.temp, temp_bytes, keys, ids,
-                                            static_cast<int>(s.entries), 0, s.key_bits, stream))
+    if (s.block_sorted != BlockSorted::no) {
+        if (const cudaError_t err = sort_by_blocks(p, s, stream))
+            return err;
+        keys.selector = ids.selector = 1;  // they wrote the second buffers
+    } else if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
+                   s.temp, temp_bytes, keys, ids, static_cast<int>(s.entries), 0, s.key_bits,
+                   stream)) {
         return err;
+    }
     const bool wide = p.channels % kVec == 0 && aligned(grad_out, kVec * sizeof(T)) &&
                       aligned(grad_value, kVec * sizeof(T));
     const Layout layout = layout_for(p, wide ? kVec : 1);

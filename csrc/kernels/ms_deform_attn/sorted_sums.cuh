@@ -8,7 +8,9 @@
 //
 // Two schemes, by how many points share a value row (sorted_scheme):
 // - corners (sparse problems): one entry per (point, corner), keyed by the corner's grad_value
-//   row; a run is a whole row's terms, which the gather writes to grad_value.
+//   row; a run is a whole row's terms, which the gather writes to grad_value. When a head's
+//   entries fit one block, blocks sort them per head or per (head, level) in shared memory
+//   (head_sort.cu) instead of the device-wide sort: one launch instead of four at decoder sizes.
 // - anchors (dense problems): one entry per point, keyed by (head, level, its top-left corner
 //   clamped into the map: the anchor), with the coefficients of the four "slots" (anchor,
 //   right, below, below-right) and which of them are corners inside the map. A run's four
@@ -32,6 +34,14 @@ inline std::int64_t sorted_points(const Problem &p) {
 }
 inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len * p.heads; }
 
+/// Bits of the largest value below `count` (at least 1, at most 32).
+inline int bits_for(std::int64_t count) {
+    int bits = 1;
+    while (bits < 32 && (std::int64_t{1} << bits) < count)
+        ++bits;
+    return bits;
+}
+
 /// An anchors payload: the point's index in the low bits, the inside slots in the top four.
 constexpr int kSlotShift = 28;
 constexpr unsigned kPointMask = (1u << kSlotShift) - 1u;
@@ -51,6 +61,12 @@ __host__ __device__ inline std::int64_t anchor_key(std::int64_t head, std::int64
 /// runs than rows) a run whose partial sums did not fit and are summed from its entries instead.
 constexpr int kNoRun = -1, kUnstoredRun = -2;
 
+/// How the corners entries are sorted: by CUB's radix sort of them all (no), or by blocks in
+/// shared memory (head_sort.cu), one per head or one per (head, level) when a head's entries
+/// (Lq*L*P*4) fit one block and, for levels, a level's fit a smaller one.
+enum class BlockSorted { no, heads, levels };
+BlockSorted block_sorted(const Problem &p);
+
 /// The caller's byte buffer (sorted_scratch_bytes) cut into the pieces of the sorted path.
 struct SortedScratch {
     SortedScheme scheme;
@@ -67,7 +83,12 @@ struct SortedScratch {
     std::int64_t capacity;           ///< anchors: runs with room for partials, min(points, rows)
     std::int64_t segments, segment;  ///< how many, and entries per segment (sorted_sums.cu)
     int key_bits;                    ///< the bits the sort looks at (keys_count < 2^key_bits)
+    BlockSorted block_sorted;  ///< corners: sorted by blocks (head_sort.cu) or by CUB (no)
 };
+
+/// Sorts the recorded corners entries slice by slice into sorted_keys/sorted_ids, a block per
+/// slice (block_sorted != no).
+cudaError_t sort_by_blocks(const Problem &p, const SortedScratch &s, cudaStream_t stream);
 
 /// Lays the pieces of `scheme` (resolved) out from `base` (nullptr: sizes only) and returns the
 /// bytes they take.
