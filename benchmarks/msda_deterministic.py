@@ -31,7 +31,8 @@ from turbo_physai import _core
 from turbo_physai.ops import _msda_kernels, ms_deform_attn
 
 #: The deterministic accumulations compared; "auto" is the sorted one the kernels pick.
-ACCUMULATIONS = ("auto", "corners", "anchors", "fixed_point")
+SCHEMES = ("corners", "anchors")
+ACCUMULATIONS = ("auto", *SCHEMES, "fixed_point")
 
 
 @contextmanager
@@ -51,10 +52,16 @@ def deterministic(accumulation="auto"):
 
 
 def picked_scheme(args):
+    """The scheme the kernels pick: the one whose workspace is the size of auto's."""
     value, _, _, loc, _ = args
-    n, s, m, _ = value.shape
-    points = loc[..., 0].numel()
-    return "corners" if points < n * s * m else "anchors"  # sorted_scheme's rule
+    n, s, m, d = value.shape
+    _, lq, _, levels, points, _ = loc.shape
+
+    def nbytes(scheme):
+        return _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
+                                                          value.get_device(), scheme)
+
+    return next(scheme for scheme in SCHEMES if nbytes(scheme) == nbytes("auto"))
 
 
 def bench(name, locations, dtype, reps):
@@ -67,7 +74,7 @@ def bench(name, locations, dtype, reps):
     for accumulation in ACCUMULATIONS:
         with deterministic(accumulation):
             row[f"{accumulation}_ms"] = gpu_ms(ms_deform_attn, args, grad, True, reps)
-            if accumulation in ("corners", "anchors"):
+            if accumulation in SCHEMES:
                 row[f"{accumulation}_peak_mb"] = peak_mb(ms_deform_attn, args, grad, True)
     with deterministic():
         first, second = (run_once(ms_deform_attn, args, grad, True) for _ in range(2))
