@@ -32,7 +32,7 @@ struct SortShape {
 // 5-bit digits: three passes over a decoder's 14-15 row bits (4-bit: four). Measured on the H200,
 // GPU time of the sort launches per call on the DETR / RT-DETR decoders (4800 entries per level):
 // 512 x 10 11.9 / 42.2 us, 512 x 12 12.9 / 45.6, 256 x 20 with 6-bit digits 14.1 / 45.5, 1024 x 5
-// 16.6 / 68.1; whole heads (19200 entries) at 512 x 40: 26.9 / 58.5.
+// 16.6 / 68.1; whole heads (19200 / 14400 entries) at 512 x 40: 26.9 / 58.5.
 using LevelSort = SortShape<512, 10, 5>;
 using HeadSort = SortShape<512, 40, 5>;
 
