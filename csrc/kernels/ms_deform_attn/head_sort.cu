@@ -156,7 +156,8 @@ BlockSorted block_sorted(const Problem &p) {
     // (i / span by multiplication needs span and i below 2^16; a head fits 20480 entries)
     const bool heads = per_head <= HeadSort::kCapacity && bits_for(per_head) + row_bits <= 32 &&
                        p.levels * p.points * 4 < (1 << 16);
-    if (heads && per_level <= LevelSort::kCapacity && p.levels <= 65535)
+    // Levels: a block's first thread checks every pair of levels for overlap, so at most 64.
+    if (heads && per_level <= LevelSort::kCapacity && p.levels <= 64)
         return BlockSorted::levels;
     return heads ? BlockSorted::heads : BlockSorted::no;
 }
