@@ -11,8 +11,9 @@ by density, "auto" below), and the int64 fixed-point accumulation that problems 
 sorted path's 32-bit indexing get (forced here by reporting that the sorted workspace does not
 apply). Ratios are of the backward alone (fwd+bwd minus fwd) and of fwd+bwd. Also: whether two
 runs of the automatic choice are bit-identical, its largest relative difference from the default
-gradients, and each scheme's peak memory above the inputs. ``--profile`` adds the kernel tables
-of both schemes for the encoder shape. Prints a table, writes JSON.
+gradients, and each scheme's peak memory above the inputs. ``--profile`` adds kernel tables
+(PROFILED: both schemes on the encoder, the per-corner scheme on the decoders). Prints a table,
+writes JSON.
 """
 
 from __future__ import annotations
@@ -92,8 +93,14 @@ def ratios(row, accumulation):
             total / row["default_ms"])
 
 
-def profile_table(accumulation):
-    args, grad = make_inputs(**SHAPES["deformable_detr_encoder"], locations="uniform")
+#: (shape, scheme) pairs whose kernels --profile lists: both schemes on the encoder, and the
+#: decoders' per-corner scheme (block sorts).
+PROFILED = (("deformable_detr_encoder", "corners"), ("deformable_detr_encoder", "anchors"),
+            ("deformable_detr_decoder", "corners"), ("rt_detr_decoder", "corners"))
+
+
+def profile_table(shape, accumulation):
+    args, grad = make_inputs(**SHAPES[shape], locations="uniform")
     with deterministic(accumulation):
         run_once(ms_deform_attn, args, grad, True)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -130,9 +137,9 @@ def main(argv=None):
               f"| {r['auto_vs_default_max_rel']:.1e} "
               f"| {r['corners_peak_mb']:.0f} / {r['anchors_peak_mb']:.0f} |")
     if args.profile:
-        for accumulation in ("corners", "anchors"):
-            print(f"encoder, uniform, float32, {accumulation} (5 runs):")
-            print(profile_table(accumulation))
+        for shape, accumulation in PROFILED:
+            print(f"{shape}, uniform, float32, {accumulation} (5 runs):")
+            print(profile_table(shape, accumulation))
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "command": " ".join(sys.argv), "units": "ms GPU, MiB"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
