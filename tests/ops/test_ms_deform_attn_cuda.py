@@ -239,11 +239,13 @@ def test_deterministic_backward_matches_float64_in_every_case(case, accumulation
     deterministic_grads_match_float64(make(**CASES[case]))
 
 
-def test_deterministic_backward_when_one_value_row_takes_every_point(accumulation):
+@pytest.mark.parametrize("d", [32, 33, 260])
+def test_deterministic_backward_when_one_value_row_takes_every_point(d, accumulation):
     # Every point of a head at one place: each of its four corner rows gets a run of 100 * 5
     # entries, far longer than the lanes that read a batch of them (and not a multiple of it),
-    # next to rows no entry touches.
-    args = make(n=3, lq=100, levels=((3, 4),), m=2, d=32, p=5)
+    # or than a block sort's share of a group (about 2000 / 64), next to rows no entry touches.
+    # 33 and 260 channels: several chunks of lanes, the last one partly idle.
+    args = make(n=3, lq=100, levels=((3, 4),), m=2, d=d, p=5)
     args[3].fill_(0.5 / 3)  # pixel (x, y) = (1/6, 0): weight on corners (0, 0) and (1, 0)
     deterministic_grads_match_float64(args)
 
@@ -259,6 +261,14 @@ def test_deterministic_backward_at_the_limits_of_the_block_sorts(lq, levels, acc
     # (head, level) gets its own block when a level's entries fit 5120: 320 queries of two
     # levels do, 321 take a block per head.
     deterministic_grads_match_float64(make(n=1, lq=lq, levels=levels, m=1, d=4, p=4))
+
+
+@pytest.mark.parametrize(("n", "m"), [(1, 8), (5, 4), (4, 8), (9, 8)])
+def test_deterministic_backward_with_each_number_of_block_sort_parts(n, m, accumulation):
+    # A block sort's slice is summed by as many blocks (parts, each the runs that begin in its
+    # share) as give each SM one, up to 4: on an H200 (132 SMs) 16, 40, 64 and 144 slices of
+    # (head, level) get 4, 3, 2 and 1 parts.
+    deterministic_grads_match_float64(make(n=n, lq=50, levels=((6, 5), (3, 4)), m=m, d=32, p=4))
 
 
 def test_deterministic_backward_falls_back_to_fixed_point_when_the_sorted_workspace_fails(

@@ -138,7 +138,8 @@ struct Sums<Mode::corners> {
         }
         const auto first = static_cast<unsigned>(4 * at);
         reinterpret_cast<uint4 *>(keys)[at] = make_uint4(key[0], key[1], key[2], key[3]);
-        reinterpret_cast<uint4 *>(ids)[at] = make_uint4(first, first + 1, first + 2, first + 3);
+        if (ids)  // the CUB sort's payloads; block sorts need none
+            reinterpret_cast<uint4 *>(ids)[at] = make_uint4(first, first + 1, first + 2, first + 3);
         reinterpret_cast<float4 *>(coef)[at] = make_float4(c[0], c[1], c[2], c[3]);
     }
 };

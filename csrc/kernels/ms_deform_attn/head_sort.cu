@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/head_sort.cu: the corners scheme's sort, by blocks.
+// csrc/kernels/ms_deform_attn/head_sort.cu: the corners scheme's sort and sums, by blocks.
 //
 // A head's (n, m) entries only key that head's rows, and with levels that do not overlap a
 // level's entries only key that level's rows: sorting each head, or each (head, level), on its
@@ -6,13 +6,16 @@
 // (decoders: a few hundred queries x P points x 4 corners per level), a block sorts it in shared
 // memory: the row within the slice above the entry's index within it, in one 32-bit word,
 // radix-sorted on the row bits only, which keeps entry order inside a row (the input is in that
-// order). CUB's sort of all entries runs three device-wide passes whose cost at decoder sizes is
-// latency, not bytes (12 us each at 300 K entries); this is one launch with every slice in
-// parallel, plus, with levels, one whose blocks sort whole heads only if the levels overlap
-// (the level metadata stays on the device, so the host cannot tell).
+// order). The block then sums the slice's runs into grad_value itself, reading coefficients and
+// entries from shared memory: no sorted copy in global memory, no gather or fix-up launch. CUB's
+// sort of all entries runs three device-wide passes whose cost at decoder sizes is latency, not
+// bytes (12 us each at 300 K entries); this is one launch with every slice in parallel, plus,
+// with levels, one whose blocks sort whole heads only if the levels overlap (the level metadata
+// stays on the device, so the host cannot tell).
 #include <cub/block/block_radix_sort.cuh>
 
 #include "ms_deform_attn/cuda_common.cuh"
+#include "ms_deform_attn/run_sums.cuh"
 #include "ms_deform_attn/sorted_sums.cuh"
 
 namespace turbo_physai::kernels::msda::cuda::detail {
@@ -25,12 +28,22 @@ template <int kThreadsPerBlock, int kItemsPerThread, int kRadixBits>
 struct SortShape {
     static constexpr int kThreads = kThreadsPerBlock, kItems = kItemsPerThread;
     static constexpr std::int64_t kCapacity = std::int64_t{kThreads} * kItems;
+    // A level's blocks two per SM (64 registers, 64 KB of shared memory), a head's one (172 KB).
+    static constexpr int kBlocksPerSM = kCapacity > 8192 ? 1 : 2;
     using Sort = cub::BlockRadixSort<unsigned, kThreads, kItems, cub::NullType, kRadixBits>;
-    /// Shared memory: the sort's, then the level table (16-byte aligned).
+    /// Shared memory: the sort's (then the sorted entries), the entries' coefficients, the
+    /// groups' pieces (sum_slice: VEC floats per thread), the level table; 16-byte aligned.
     static constexpr std::size_t kSortBytes = (sizeof(typename Sort::TempStorage) + 15) / 16 * 16;
+    static_assert(sizeof(typename Sort::TempStorage) >= kCapacity * sizeof(unsigned),
+                  "the sorted entries take the sort's storage");
+    template <int VEC>
+    __host__ __device__ static constexpr std::size_t level_offset() {
+        return kSortBytes + (kCapacity + std::size_t{kThreads} * VEC) * sizeof(float);
+    }
 };
-// 5-bit digits: three passes over a decoder's 14-15 row bits (4-bit: four). Measured on the H200,
-// GPU time of the sort launches per call on the DETR / RT-DETR decoders (4800 entries per level):
+// 5-bit digits: three passes over a decoder's 14-15 row bits (4-bit: four). Measured on the H200
+// before the sums joined the sort, GPU time of the sort launches per call on the DETR / RT-DETR
+// decoders (4800 entries per level):
 // 512 x 10 11.9 / 42.2 us, 512 x 12 12.9 / 45.6, 256 x 20 with 6-bit digits 14.1 / 45.5, 1024 x 5
 // 16.6 / 68.1; whole heads (19200 / 14400 entries) at 512 x 40: 26.9 / 58.5.
 using LevelSort = SortShape<512, 10, 5>;
@@ -40,10 +53,14 @@ using HeadSort = SortShape<512, 40, 5>;
 /// (always, or only when the levels overlap: the levels launch then left it undone).
 enum class Slices { levels, heads, heads_if_overlapping };
 
-struct SliceSortArgs {
+template <typename T>
+struct SliceSumsArgs {
     Shape s;
+    Layout layout;
     const unsigned *keys;  ///< per entry, in entry order: grad_value row or `none`
-    unsigned *sorted_keys, *sorted_ids;
+    const float *coef;     ///< per entry
+    const T *grad_out;     ///< dense (N, Lq, M, D)
+    T *grad_value;
     unsigned per_query;   ///< a head's entries per query (4 L P)
     unsigned span;        ///< a slice's entries per query (4 P, or 4 L P for heads)
     unsigned span_magic;  ///< ceil(2^32 / span): i / span = umulhi(i, magic), exact below 2^16
@@ -51,22 +68,111 @@ struct SliceSortArgs {
     int index_bits;  ///< bits of an entry's index in its slice
 };
 
+/// One block's slice: head (n, m), the grad_value rows first.. first + rows (value positions)
+/// and the slice's entries, `count`, indexed 0.. in entry order.
+struct Slice {
+    unsigned n, m, queries, first, rows, count;
+    unsigned heads, span_magic;
+
+    /// The slice index's query: i / span.
+    __device__ unsigned query(unsigned i) const { return __umulhi(i, span_magic); }
+    /// grad_output's row of slice index i.
+    __device__ unsigned grad_out_row(unsigned i) const {
+        return (n * queries + query(i)) * heads + m;
+    }
+    /// grad_value's row of the slice's row `row`.
+    __device__ std::int64_t grad_value_row(unsigned row) const {
+        return static_cast<std::int64_t>(first + row) * heads + m;
+    }
+};
+
 __device__ inline int bits_below(unsigned count) {  // bits of the largest value below count
     return count > 1 ? 32 - __clz(count - 1) : 1;
 }
 
-/// Block (head n * M + m, level blockIdx.y for Slices::levels): writes the slice's entries
-/// sorted by row (entry order within a row, the corners outside the map last) to
-/// sorted_keys/sorted_ids from head * (its entries) + level * (a level's entries).
-// A level's blocks two per SM (64 registers), a head's one (its 80 KB of shared memory would
-// allow two, but its 40 keys per thread need the registers).
-template <typename Shape, Slices kSlices>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads * Shape::kItems > 8192 ? 1 : 2)
-    slice_sort_kernel(SliceSortArgs a) {
+/// Sums the runs of sorted entries lo..hi of a slice (`sorted`: row above the slice index,
+/// `coefs` by slice index; whole runs) into grad_value. Each group of R lanes takes an equal share
+/// of the entries and sums its runs in entry order; a run that began in an earlier share leaves
+/// its sum in `pieces` (a group's R x VEC floats), and the group where it began adds those after
+/// a barrier, in share order. So no run, however many points land on its row, is one group's
+/// work, and the order of every sum is fixed by the sizes alone.
+template <typename T, int VEC>
+__device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsigned *sorted,
+                          const float *coefs, float *pieces, unsigned lo, unsigned hi) {
+    // grad_output rows requested before any is added: 4 keeps a level block within 64 registers
+    constexpr int kBatch = 4;
+    const Group grp(a.layout);
+    const unsigned groups = blockDim.x >> a.layout.log2_lanes;
+    const unsigned g = threadIdx.x >> a.layout.log2_lanes;
+    const unsigned share = (hi - lo + groups - 1) / groups;
+    const unsigned begin = min(lo + g * share, hi), end = min(begin + share, hi);
+    const unsigned index_mask = (1u << a.index_bits) - 1u;
+    const auto row_at = [&](unsigned i) { return min(sorted[i] >> a.index_bits, sl.rows); };
+    const std::int64_t D = a.s.channels;
+    const int width = grp.R * VEC;  // floats in a group's piece
+    for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
+        const std::int64_t c = grp.channel(chunk, VEC);
+        const bool active = c < D;
+        const unsigned first_row = begin < end ? row_at(begin) : sl.rows;
+        Running<VEC, 1> sums{first_row, begin > lo && row_at(begin - 1) == first_row, 0, {}};
+        const auto close = [&] {  // the run `sums.run` ended before the next entry
+            if (sums.run >= sl.rows || !active)
+                return;
+            if (sums.begun_before)
+                store<float, VEC>(pieces + g * width + grp.r * VEC, sums.acc[0]);
+            else
+                store<T, VEC>(a.grad_value + sl.grad_value_row(sums.run) * D + c, sums.acc[0]);
+        };
+        for (unsigned i = begin; i < end; i += grp.R) {
+            const unsigned at = i + grp.r;
+            unsigned row = sl.rows, query = 0;
+            float w = 0.f;
+            if (at < end) {
+                const unsigned word = sorted[at], index = word & index_mask;
+                row = min(word >> a.index_bits, sl.rows);
+                w = coefs[index];
+                query = sl.grad_out_row(index);
+            }
+            add_held<T, VEC, 1, kBatch>(grp, a.grad_out, nullptr, D, c, active, sl.rows, row,
+                                        query, 0u, w, sums, close);
+        }
+        const bool goes_on = begin < end && end < hi && row_at(end) == sums.run;
+        const bool finishes = goes_on && !sums.begun_before && sums.run < sl.rows;
+        if (!(goes_on && !sums.begun_before))
+            close();
+        __syncthreads();  // every share's piece is written
+        if (finishes) {
+            for (unsigned next = g + 1;; ++next) {
+                const float *piece = pieces + next * width + grp.r * VEC;
+                if (active)
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v)  // (shared memory: not `load`, an __ldg)
+                        sums.acc[0][v] += piece[v];
+                const unsigned next_end = min(lo + (next + 1) * share, hi);
+                if (!(next_end < hi && row_at(next_end) == sums.run))
+                    break;
+            }
+            if (active)
+                store<T, VEC>(a.grad_value + sl.grad_value_row(sums.run) * D + c, sums.acc[0]);
+        }
+        __syncthreads();  // the pieces are read before the next chunk writes them
+    }
+}
+
+/// Block (head n * M + m, level blockIdx.y for Slices::levels, part blockIdx.z): sorts the
+/// slice's entries by row in shared memory (entry order within a row, the corners outside the
+/// map last) and sums the runs of its part into their grad_value rows (sum_slice). With few
+/// slices, each is sorted by several blocks that sum a part each, so that every SM works.
+template <typename Shape, Slices kSlices, typename T, int VEC>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
+    slice_sums_kernel(SliceSumsArgs<T> a) {
     constexpr int kItems = Shape::kItems;
     extern __shared__ __align__(16) unsigned char smem[];
     auto &temp = *reinterpret_cast<typename Shape::Sort::TempStorage *>(smem);
-    Level *levels = level_table(smem, Shape::kSortBytes);
+    auto *sorted = reinterpret_cast<unsigned *>(smem);  // the sort's storage, once it is done
+    auto *coefs = reinterpret_cast<float *>(smem + Shape::kSortBytes);
+    float *pieces = coefs + Shape::kCapacity;
+    Level *levels = level_table(smem, Shape::template level_offset<VEC>());
     __shared__ bool overlapping;
     load_levels(a.s, levels);
     __syncthreads();
@@ -84,68 +190,113 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kThreads * Shape::kIte
     if ((kSlices == Slices::levels && overlapping) ||
         (kSlices == Slices::heads_if_overlapping && !overlapping))
         return;
-    const auto S = static_cast<unsigned>(a.s.value_len), M = static_cast<unsigned>(a.s.heads);
-    const unsigned head = blockIdx.x, n = head / M, m = head - n * M, level = blockIdx.y;
+    const auto M = static_cast<unsigned>(a.s.heads), head = blockIdx.x, n = head / M;
     const auto queries = static_cast<unsigned>(a.s.queries);
-    const unsigned count = queries * a.span, index_mask = (1u << a.index_bits) - 1u;
-    // The slice's rows: key / M - first .. + rows; `rows` marks a corner outside the map.
-    unsigned first = n * S, rows = S;
+    Slice sl{n, head - n * M, queries, n * static_cast<unsigned>(a.s.value_len),
+             static_cast<unsigned>(a.s.value_len), queries * a.span, M, a.span_magic};
     if (kSlices == Slices::levels) {
-        const Level lv = levels[level];
-        first += static_cast<unsigned>(lv.start);
-        rows = static_cast<unsigned>(lv.h * lv.w);
+        const Level lv = levels[blockIdx.y];
+        sl.first += static_cast<unsigned>(lv.start);
+        sl.rows = static_cast<unsigned>(lv.h * lv.w);
     }
-    const unsigned skip = kSlices == Slices::levels ? level * a.span : 0u;
-    const auto entry_of = [&](unsigned i) {  // entries run over (n, q, m, level, point, corner)
-        const unsigned q = __umulhi(i, a.span_magic);
-        return ((n * queries + q) * M + m) * a.per_query + skip + (i - q * a.span);
-    };
+    // entries run over (n, q, m, level, point, corner)
+    const unsigned skip = kSlices == Slices::levels ? blockIdx.y * a.span : 0u;
     unsigned packed[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
         const unsigned i = threadIdx.x * kItems + j;  // blocked: input order = entry order
         packed[j] = ~0u;  // past the slice's entries: sorts after them all (row bits all ones)
-        if (i < count) {
-            const unsigned key = a.keys[entry_of(i)];
-            packed[j] = (key < a.none ? key / M - first : rows) << a.index_bits | i;
+        if (i < sl.count) {
+            const unsigned q = sl.query(i);
+            const unsigned entry = ((n * queries + q) * M + sl.m) * a.per_query + skip +
+                                   (i - q * a.span);
+            const unsigned key = a.keys[entry];
+            coefs[i] = a.coef[entry];
+            // `rows` marks a corner outside the map
+            packed[j] = (key < a.none ? key / M - sl.first : sl.rows) << a.index_bits | i;
         }
     }
     typename Shape::Sort(temp).SortBlockedToStriped(packed, a.index_bits,
-                                                 a.index_bits + bits_below(rows + 1));
-    // The head's entries, then (levels) the slices of the levels before this one.
-    const std::int64_t base = (static_cast<std::int64_t>(head) * a.per_query + skip) * queries;
+                                                 a.index_bits + bits_below(sl.rows + 1));
+    __syncthreads();  // the sort's storage becomes `sorted`
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
-        const unsigned rank = j * Shape::kThreads + threadIdx.x;  // striped: coalesced stores
-        if (rank >= count)
-            continue;
-        const unsigned row = packed[j] >> a.index_bits;
-        a.sorted_keys[base + rank] = row < rows ? (first + row) * M + m : a.none;
-        a.sorted_ids[base + rank] = entry_of(packed[j] & index_mask);
+        const unsigned rank = j * Shape::kThreads + threadIdx.x;  // striped
+        if (rank < sl.count)
+            sorted[rank] = packed[j];
     }
+    __syncthreads();
+    // This block's part of the slice: the runs that begin in its share of the entries.
+    const auto run_start = [&](unsigned at) {  // the first run beginning at or after `at`
+        if (at == 0 || at >= sl.count)
+            return min(at, sl.count);
+        const unsigned row = sorted[at - 1] >> a.index_bits;
+        unsigned lo = at, hi = sl.count;  // sorted by row: a binary search
+        while (lo < hi) {
+            const unsigned mid = (lo + hi) / 2;
+            if (sorted[mid] >> a.index_bits > row)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        return lo;
+    };
+    const unsigned parts = gridDim.z, part = blockIdx.z;
+    sum_slice<T, VEC>(a, sl, sorted, coefs, pieces, run_start(part * sl.count / parts),
+                      run_start((part + 1) * sl.count / parts));
 }
 
-template <typename Shape, Slices kSlices>
-cudaError_t launch_slices(const Problem &p, const SortedScratch &s, unsigned span,
-                          cudaStream_t stream) {
-    const std::size_t bytes = Shape::kSortBytes + sizeof(Level) * p.levels;
+template <typename Shape, Slices kSlices, typename T, int VEC>
+cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout &layout,
+                          const T *grad_out, T *grad_value, unsigned span, cudaStream_t stream) {
+    constexpr auto kernel = slice_sums_kernel<Shape, kSlices, T, VEC>;
+    const std::size_t bytes = Shape::template level_offset<VEC>() + sizeof(Level) * p.levels;
     if (const cudaError_t err = cudaFuncSetAttribute(
-            slice_sort_kernel<Shape, kSlices>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            static_cast<int>(bytes)))
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)))
         return err;
-    const SliceSortArgs a{shape_of(p),
-                          s.keys,
-                          s.sorted_keys,
-                          s.sorted_ids,
-                          static_cast<unsigned>(4 * p.levels * p.points),
-                          span,
-                          static_cast<unsigned>(((std::uint64_t{1} << 32) + span - 1) / span),
-                          static_cast<unsigned>(s.keys_count),
-                          bits_for(p.queries * span)};
+    const SliceSumsArgs<T> a{shape_of(p),
+                             layout,
+                             s.keys,
+                             s.coef,
+                             grad_out,
+                             grad_value,
+                             static_cast<unsigned>(4 * p.levels * p.points),
+                             span,
+                             static_cast<unsigned>(((std::uint64_t{1} << 32) + span - 1) / span),
+                             static_cast<unsigned>(s.keys_count),
+                             bits_for(p.queries * span)};
+    // Parts per slice: as many as give each idle SM one block, at most kMaxParts. Each part
+    // sorts the whole slice again, so two blocks of one slice on an SM are slower than one: DETR
+    // decoder (64 slices), H200, this launch's GPU time: one part 29.1 us, two 21.1, three 29.4,
+    // four (two blocks per SM) 30.7. The overlap fallback's blocks usually do nothing: one part.
+    constexpr std::int64_t kMaxParts = 4;
+    const std::int64_t slices = p.batch * p.heads * (kSlices == Slices::levels ? p.levels : 1);
+    const std::int64_t parts =
+        kSlices == Slices::heads_if_overlapping
+            ? 1
+            : std::clamp<std::int64_t>(multiprocessors() / slices, 1, kMaxParts);
     const dim3 grid(static_cast<unsigned>(p.batch * p.heads),
-                    kSlices == Slices::levels ? static_cast<unsigned>(p.levels) : 1u);
-    slice_sort_kernel<Shape, kSlices><<<grid, Shape::kThreads, bytes, stream>>>(a);
+                    kSlices == Slices::levels ? static_cast<unsigned>(p.levels) : 1u,
+                    static_cast<unsigned>(parts));
+    kernel<<<grid, Shape::kThreads, bytes, stream>>>(a);
     return cudaGetLastError();
+}
+
+template <typename T, int VEC>
+cudaError_t sum_slices(const Problem &p, const SortedScratch &s, const Layout &layout,
+                       const T *grad_out, T *grad_value, cudaStream_t stream) {
+    const auto per_level = static_cast<unsigned>(4 * p.points);
+    const auto per_head = static_cast<unsigned>(4 * p.levels * p.points);
+    if (s.block_sorted == BlockSorted::heads)
+        return launch_slices<HeadSort, Slices::heads, T, VEC>(p, s, layout, grad_out, grad_value,
+                                                              per_head, stream);
+    if (const cudaError_t err = launch_slices<LevelSort, Slices::levels, T, VEC>(
+            p, s, layout, grad_out, grad_value, per_level, stream))
+        return err;
+    if (p.levels == 1)  // nothing to overlap
+        return cudaSuccess;
+    return launch_slices<HeadSort, Slices::heads_if_overlapping, T, VEC>(
+        p, s, layout, grad_out, grad_value, per_head, stream);
 }
 
 }  // namespace
@@ -162,16 +313,18 @@ BlockSorted block_sorted(const Problem &p) {
     return heads ? BlockSorted::heads : BlockSorted::no;
 }
 
-cudaError_t sort_by_blocks(const Problem &p, const SortedScratch &s, cudaStream_t stream) {
-    const auto per_level = static_cast<unsigned>(4 * p.points);
-    const auto per_head = static_cast<unsigned>(4 * p.levels * p.points);
-    if (s.block_sorted == BlockSorted::heads)
-        return launch_slices<HeadSort, Slices::heads>(p, s, per_head, stream);
-    if (const cudaError_t err = launch_slices<LevelSort, Slices::levels>(p, s, per_level, stream))
-        return err;
-    if (p.levels == 1)  // nothing to overlap
-        return cudaSuccess;
-    return launch_slices<HeadSort, Slices::heads_if_overlapping>(p, s, per_head, stream);
+template <typename T>
+cudaError_t sum_by_blocks(const Problem &p, const SortedScratch &s, const Layout &layout,
+                          bool wide, const T *grad_out, T *grad_value, cudaStream_t stream) {
+    return wide ? sum_slices<T, kSumsVec>(p, s, layout, grad_out, grad_value, stream)
+                : sum_slices<T, 1>(p, s, layout, grad_out, grad_value, stream);
 }
+
+template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
+                                   const float *, float *, cudaStream_t);
+template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
+                                   const __half *, __half *, cudaStream_t);
+template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
+                                   const __nv_bfloat16 *, __nv_bfloat16 *, cudaStream_t);
 
 }  // namespace turbo_physai::kernels::msda::cuda::detail

@@ -5,6 +5,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "ms_deform_attn/cuda_common.cuh"
+#include "ms_deform_attn/run_sums.cuh"
 
 namespace turbo_physai::kernels::msda::cuda::detail {
 namespace {
@@ -29,11 +30,6 @@ int segment_length(std::int64_t entries, int lanes_per_row) {
     return static_cast<int>(std::clamp<std::int64_t>(length, 32, 256));
 }
 
-/// Channels per lane of the sums when D and the pointers allow: 4 for every type (8-byte loads of
-/// 16-bit rows), 8 lanes per row of 32 channels, so a gather step holds 32 entries (16 with 8
-/// channels per lane, measured slower).
-constexpr int kVec = 4;
-
 /// What the sums read and write; kSlots (below) is 1 for corners, 4 for anchors.
 template <typename T>
 struct GatherArgs {
@@ -51,47 +47,6 @@ struct GatherArgs {
     Layout layout;
     Shape shape;
 };
-
-/// A group's part in the sorted sums: R lanes (lanes_per_row) of VEC channels, chunk by chunk,
-/// over segments (gather, fixup) or grad_value rows (combine).
-struct Group {
-    int r, R;
-    unsigned mask;
-    std::int64_t first, step;  ///< this group's first item and the stride to its next
-
-    __device__ explicit Group(const Layout &lay) {
-        const int lane = threadIdx.x & 31;
-        R = lay.lanes_per_row;
-        r = lane & (R - 1);
-        mask = R == 32 ? kFullMask : ((1u << R) - 1u) << (lane & ~(R - 1));
-        first = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> lay.log2_lanes;
-        step = static_cast<std::int64_t>(gridDim.x) * (kThreads >> lay.log2_lanes);
-    }
-    /// The first channel of this lane in `chunk`.
-    __device__ std::int64_t channel(int chunk, int vec) const {
-        return (static_cast<std::int64_t>(chunk) * R + r) * vec;
-    }
-};
-
-/// An entry's point (its coefficients' index) and the slots it adds to (corners: its one).
-template <int kSlots>
-__device__ inline unsigned point_of(unsigned payload) {
-    return kSlots == 1 ? payload : payload & kPointMask;
-}
-template <int kSlots>
-__device__ inline unsigned slots_of(unsigned payload) {
-    return kSlots == 1 ? 1u : payload >> kSlotShift;
-}
-
-template <int kSlots>
-__device__ inline void coefficients(const float *coef, unsigned point, float (&w)[kSlots]) {
-    if constexpr (kSlots == kAnchorSlots) {  // a float4 per point
-        const float4 c = reinterpret_cast<const float4 *>(coef)[point];
-        w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
-    } else {
-        w[0] = coef[point];
-    }
-}
 
 /// acc += VEC floats from `from`.
 template <int VEC>
@@ -154,74 +109,26 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(Ga
         for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
             const std::int64_t c = grp.channel(chunk, VEC);
             const bool active = c < D;
-            float acc[kSlots][VEC] = {};
-            unsigned run = a.keys[begin];
-            bool begun_before = begin > 0 && a.keys[begin - 1] == run;
+            const unsigned first_key = a.keys[begin];
+            const bool begun_before = begin > 0 && a.keys[begin - 1] == first_key;
             // anchors: the current run's index; the runs begun in this segment count from
             // run_starts[seg]
-            std::int64_t id = kSlots == 1 ? 0 : a.run_starts[seg] - (begun_before ? 1 : 0);
-            const auto close = [&] {  // the run `run` ended before the next entry
-                if (run >= none || !active)
+            Running<VEC, kSlots> sums{
+                first_key, begun_before,
+                kSlots == 1 ? 0 : a.run_starts[seg] - (begun_before ? 1 : 0), {}};
+            const auto close = [&] {  // the run `sums.run` ended before the next entry
+                if (sums.run >= none || !active)
                     return;
-                if (begun_before)
-                    store_slots<VEC, kSlots>(piece, D, c, acc);
+                if (sums.begun_before)
+                    store_slots<VEC, kSlots>(piece, D, c, sums.acc);
                 else
-                    finish_run<T, VEC, kSlots>(a, run, id, acc, c, chunk == 0 && grp.r == 0);
+                    finish_run<T, VEC, kSlots>(a, sums.run, sums.id, sums.acc, c,
+                                               chunk == 0 && grp.r == 0);
             };
-            // Adds the R entries held one per lane (key, grad_output row, payload and, corners,
-            // coefficient), in lane order, kBatch rows requested before any is added. Anchors
-            // read their four coefficients here (the group's lanes share the load) instead of
-            // holding them across steps: registers. A slot outside the map adds nothing
-            // (0 * Inf would be NaN).
             const auto add = [&](unsigned key, unsigned query, unsigned payload, float w) {
-                constexpr int kBatch = kSlots == 1 ? 8 : 4;
-                for (int j0 = 0; j0 < grp.R; j0 += kBatch) {
-                    unsigned keys[kBatch], queries[kBatch], payloads[kBatch];
-                    float weights[kBatch][kSlots], rows[kBatch][VEC];
-#pragma unroll
-                    for (int j = 0; j < kBatch; ++j) {
-                        const unsigned k = __shfl_sync(grp.mask, key, j0 + j, grp.R);
-                        keys[j] = j0 + j < grp.R ? k : none;
-                        queries[j] = __shfl_sync(grp.mask, query, j0 + j, grp.R);
-                        if constexpr (kSlots == 1)
-                            weights[j][0] = __shfl_sync(grp.mask, w, j0 + j, grp.R);
-                        else
-                            payloads[j] = __shfl_sync(grp.mask, payload, j0 + j, grp.R);
-                    }
-#pragma unroll
-                    for (int j = 0; j < kBatch; ++j) {  // no entry there: nothing read
-                        if (!active || keys[j] >= none)
-                            continue;
-                        load<T, VEC>(a.grad_out + static_cast<std::int64_t>(queries[j]) * D + c,
-                                     rows[j]);
-                        if constexpr (kSlots > 1)
-                            coefficients<kSlots>(a.coef, point_of<kSlots>(payloads[j]), weights[j]);
-                    }
-#pragma unroll
-                    for (int j = 0; j < kBatch; ++j) {
-                        if (keys[j] >= none)
-                            continue;
-                        if (keys[j] != run) {
-                            close();
-                            run = keys[j];
-                            begun_before = false;
-                            ++id;
-#pragma unroll
-                            for (int s = 0; s < kSlots; ++s)
-#pragma unroll
-                                for (int v = 0; v < VEC; ++v)
-                                    acc[s][v] = 0.f;
-                        }
-                        if (!active)
-                            continue;
-#pragma unroll
-                        for (int s = 0; s < kSlots; ++s)
-                            if (slots_of<kSlots>(payloads[j]) >> s & 1u)
-#pragma unroll
-                                for (int v = 0; v < VEC; ++v)
-                                    acc[s][v] += weights[j][s] * rows[j][v];
-                    }
-                }
+                add_held<T, VEC, kSlots, kSlots == 1 ? 8 : 4>(grp, a.grad_out, a.coef, D, c,
+                                                              active, none, key, query, payload,
+                                                              w, sums, close);
             };
             // Entries of a step, one per lane and u: keys and payloads, then (a dependent read,
             // corners only) coefficients. The next step's are requested while this one's rows
@@ -262,10 +169,10 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(Ga
                 for (int u = 0; u < kPerLane; ++u)
                     key[u] = next_key[u], id_of[u] = next_id[u], w[u] = next_w[u];
             }
-            const bool goes_on = end < a.entries && a.keys[end] == run;
-            if (goes_on && !begun_before) {
-                if (run < none && active)
-                    store_slots<VEC, kSlots>(piece + kSlots * D, D, c, acc);
+            const bool goes_on = end < a.entries && a.keys[end] == sums.run;
+            if (goes_on && !sums.begun_before) {
+                if (sums.run < none && active)
+                    store_slots<VEC, kSlots>(piece + kSlots * D, D, c, sums.acc);
             } else {
                 close();
             }
@@ -418,9 +325,9 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.keys_count = anchors ? rows * p.levels : rows;
     s.capacity = anchors ? std::min(points, rows) : 0;
     s.key_bits = bits_for(s.keys_count + 1);  // keys up to keys_count (`none`)
-    // The gather's lanes per row when D allows kVec channels per lane (misaligned pointers
+    // The gather's lanes per row when D allows kSumsVec channels per lane (misaligned pointers
     // would change it, and only how evenly the segments fill the waves).
-    const Layout expected = layout_for(p, p.channels % kVec == 0 ? kVec : 1);
+    const Layout expected = layout_for(p, p.channels % kSumsVec == 0 ? kSumsVec : 1);
     s.segment = segment_length(s.entries, expected.lanes_per_row);
     s.segments = (s.entries + s.segment - 1) / s.segment;
     std::size_t sort_bytes = 0, scan_bytes = 0;
@@ -442,12 +349,17 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
         return piece;
     };
     const int slots = anchors ? kAnchorSlots : 1;
+    // Block sorts read the recorded keys and coefficients, nothing else.
+    const std::int64_t gathered = s.block_sorted == BlockSorted::no ? s.entries : 0;
     s.keys = static_cast<unsigned *>(take(s.entries, 4));
-    s.ids = static_cast<unsigned *>(take(s.entries, 4));
+    s.ids = static_cast<unsigned *>(take(gathered, 4));
     s.coef = static_cast<float *>(take(4 * points, sizeof(float)));
-    s.sorted_keys = static_cast<unsigned *>(take(s.entries, 4));
-    s.sorted_ids = static_cast<unsigned *>(take(s.entries, 4));
-    s.pieces = static_cast<float *>(take(s.segments * 2 * slots * p.channels, sizeof(float)));
+    s.sorted_keys = static_cast<unsigned *>(take(gathered, 4));
+    s.sorted_ids = static_cast<unsigned *>(take(gathered, 4));
+    s.pieces = static_cast<float *>(take(gathered ? s.segments * 2 * slots * p.channels : 0,
+                                         sizeof(float)));
+    if (!gathered)
+        s.ids = nullptr;
     s.run_starts = static_cast<int *>(take(anchors ? s.segments + 1 : 0, sizeof(int)));
     s.run_of = static_cast<int *>(take(anchors ? s.keys_count : 0, sizeof(int)));
     s.partials =
@@ -471,23 +383,19 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
             return err;
     if (s.entries == 0)
         return cudaSuccess;
+    const bool wide = p.channels % kSumsVec == 0 && aligned(grad_out, kSumsVec * sizeof(T)) &&
+                      aligned(grad_value, kSumsVec * sizeof(T));
+    const Layout layout = layout_for(p, wide ? kSumsVec : 1);
+    if (s.block_sorted != BlockSorted::no)
+        return sum_by_blocks<T>(p, s, layout, wide, grad_out, grad_value, stream);
     // The entries and their second buffers take turns as each pass's source and destination
     // (CUB's other form keeps a third copy in its temporary storage); CUB picks, on the host, the
     // buffer the last pass leaves them in.
     cub::DoubleBuffer<unsigned> keys(s.keys, s.sorted_keys), ids(s.ids, s.sorted_ids);
     std::size_t temp_bytes = s.temp_bytes;
-    if (s.block_sorted != BlockSorted::no) {
-        if (const cudaError_t err = sort_by_blocks(p, s, stream))
-            return err;
-        keys.selector = ids.selector = 1;  // they wrote the second buffers
-    } else if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
-                   s.temp, temp_bytes, keys, ids, static_cast<int>(s.entries), 0, s.key_bits,
-                   stream)) {
+    if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
+            s.temp, temp_bytes, keys, ids, static_cast<int>(s.entries), 0, s.key_bits, stream))
         return err;
-    }
-    const bool wide = p.channels % kVec == 0 && aligned(grad_out, kVec * sizeof(T)) &&
-                      aligned(grad_value, kVec * sizeof(T));
-    const Layout layout = layout_for(p, wide ? kVec : 1);
     const GatherArgs<T> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value, s.pieces,
                           s.run_starts, s.run_of, s.partials, s.entries, s.keys_count,
                           p.channels, s.segments, s.segment, s.capacity,
@@ -521,7 +429,7 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
         }
     };
     if (wide)
-        run(std::integral_constant<int, kVec>{});
+        run(std::integral_constant<int, kSumsVec>{});
     else
         run(std::integral_constant<int, 1>{});
     return cudaGetLastError();

@@ -9,8 +9,9 @@
 // Two schemes, by how many points share a value row (sorted_scheme):
 // - corners (sparse problems): one entry per (point, corner), keyed by the corner's grad_value
 //   row; a run is a whole row's terms, which the gather writes to grad_value. When a head's
-//   entries fit one block, blocks sort them per head or per (head, level) in shared memory
-//   (head_sort.cu) instead of the device-wide sort: one launch instead of four at decoder sizes.
+//   entries fit one block, blocks sort them per head or per (head, level) in shared memory and
+//   sum them there (head_sort.cu) instead of the device-wide sort and the gather: one launch
+//   instead of six at decoder sizes.
 // - anchors (dense problems): one entry per point, keyed by (head, level, its top-left corner
 //   clamped into the map: the anchor), with the coefficients of the four "slots" (anchor,
 //   right, below, below-right) and which of them are corners inside the map. A run's four
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ms_deform_attn/cuda_common.cuh"
 #include "ms_deform_attn/ms_deform_attn_cuda.h"
 
 namespace turbo_physai::kernels::msda::cuda::detail {
@@ -61,16 +63,18 @@ __host__ __device__ inline std::int64_t anchor_key(std::int64_t head, std::int64
 /// runs than rows) a run whose partial sums did not fit and are summed from its entries instead.
 constexpr int kNoRun = -1, kUnstoredRun = -2;
 
-/// How the corners entries are sorted: by CUB's radix sort of them all (no), or by blocks in
-/// shared memory (head_sort.cu), one per head or one per (head, level) when a head's entries
-/// (Lq*L*P*4) fit one block and, for levels, a level's fit a smaller one.
+/// How the corners entries are sorted and summed: by CUB's radix sort of them all and the gather
+/// (no), or by blocks in shared memory (head_sort.cu), one per head or one per (head, level) when
+/// a head's entries (Lq*L*P*4) fit one block and, for levels, a level's fit a smaller one; such a
+/// block sums its slice's rows itself.
 enum class BlockSorted { no, heads, levels };
 BlockSorted block_sorted(const Problem &p);
 
 /// The caller's byte buffer (sorted_scratch_bytes) cut into the pieces of the sorted path.
 struct SortedScratch {
     SortedScheme scheme;
-    unsigned *keys, *ids;  ///< one entry per (point, corner) or per point, recorded by backward
+    unsigned *keys;  ///< one entry per (point, corner) or per point, recorded by backward
+    unsigned *ids;   ///< their payloads (nullptr when sorted by blocks: those need none)
     float *coef;           ///< per entry (corners) or 4 per point (anchors)
     unsigned *sorted_keys, *sorted_ids;  ///< the sort's second buffers (it ends in either)
     float *pieces;    ///< partial sums of the runs that cross a segment's end (sorted_sums.cu)
@@ -86,9 +90,12 @@ struct SortedScratch {
     BlockSorted block_sorted;  ///< corners: sorted by blocks (head_sort.cu) or by CUB (no)
 };
 
-/// Sorts the recorded corners entries slice by slice into sorted_keys/sorted_ids, a block per
-/// slice (block_sorted != no).
-cudaError_t sort_by_blocks(const Problem &p, const SortedScratch &s, cudaStream_t stream);
+/// Sorts the recorded corners entries slice by slice and writes the rows they touch of
+/// grad_value, a block per slice (block_sorted != no); `layout` and `wide` (kSumsVec channels per
+/// lane) as the gather's.
+template <typename T>
+cudaError_t sum_by_blocks(const Problem &p, const SortedScratch &s, const Layout &layout,
+                          bool wide, const T *grad_out, T *grad_value, cudaStream_t stream);
 
 /// Lays the pieces of `scheme` (resolved) out from `base` (nullptr: sizes only) and returns the
 /// bytes they take.
