@@ -352,14 +352,12 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     // Block sorts read the recorded keys and coefficients, nothing else.
     const std::int64_t gathered = s.block_sorted == BlockSorted::no ? s.entries : 0;
     s.keys = static_cast<unsigned *>(take(s.entries, 4));
-    s.ids = static_cast<unsigned *>(take(gathered, 4));
+    s.ids = gathered ? static_cast<unsigned *>(take(gathered, 4)) : nullptr;
     s.coef = static_cast<float *>(take(4 * points, sizeof(float)));
     s.sorted_keys = static_cast<unsigned *>(take(gathered, 4));
     s.sorted_ids = static_cast<unsigned *>(take(gathered, 4));
     s.pieces = static_cast<float *>(take(gathered ? s.segments * 2 * slots * p.channels : 0,
                                          sizeof(float)));
-    if (!gathered)
-        s.ids = nullptr;
     s.run_starts = static_cast<int *>(take(anchors ? s.segments + 1 : 0, sizeof(int)));
     s.run_of = static_cast<int *>(take(anchors ? s.keys_count : 0, sizeof(int)));
     s.partials =
