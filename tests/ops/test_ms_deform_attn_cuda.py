@@ -316,25 +316,28 @@ def test_deterministic_backward_falls_back_to_fixed_point_when_the_sorted_worksp
         assert torch.equal(mine, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("lq", [2, 60])
-def test_deterministic_backward_with_overlapping_levels(lq, accumulation):
+def test_deterministic_backward_with_overlapping_levels(lq, dtype, accumulation):
     # A 6x5 and a 5x6 level over the same 30 rows of value (the CUDA op does not read the level
     # metadata on the host, so nothing refuses it; the CPU op does). With 60 queries the anchors
     # keys (head, level, anchor) outnumber the rows: runs past the partial sums' capacity are
-    # summed from their entries. Reference: each level as a one-level problem on value's rows,
-    # summed (float64, CPU).
+    # summed from their entries; corners adds the levels onto the rows one after the other.
+    # Reference: each level as a one-level problem on value's rows, summed (float64, CPU, on the
+    # inputs rounded to dtype).
     gen = torch.Generator().manual_seed(5)
     value = torch.randn(2, 30, 2, 32, generator=gen, dtype=torch.float64)
     shapes, starts = torch.tensor([[6, 5], [5, 6]]), torch.tensor([0, 0])
     loc = torch.rand(2, lq, 2, 2, 3, 2, generator=gen, dtype=torch.float64) * 1.3 - 0.15
     attn = torch.rand(2, lq, 2, 2, 3, generator=gen, dtype=torch.float64)
     g = torch.randn(2, lq, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    value, loc, attn, g = (t.to(dtype).double() for t in (value, loc, attn, g))
     leaves = [t.clone().requires_grad_() for t in (value, loc, attn)]
     out = sum(ms_deform_attn(leaves[0], shapes[lv : lv + 1], starts[:1],
                              leaves[1][:, :, :, lv : lv + 1], leaves[2][:, :, :, lv : lv + 1])
               for lv in range(2))
     refs = torch.autograd.grad(out, leaves, g)
-    args = [t.cuda().float() if t.is_floating_point() else t.cuda()
+    args = [t.cuda().to(dtype) if t.is_floating_point() else t.cuda()
             for t in (value, shapes, starts, loc, attn)]
     torch.use_deterministic_algorithms(True)
     try:
@@ -344,7 +347,7 @@ def test_deterministic_backward_with_overlapping_levels(lq, accumulation):
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
     for mine, ref in zip(runs[0], refs, strict=True):
-        close(mine, ref, GRAD_TOL[torch.float32])
+        close(mine, ref, GRAD_TOL[dtype])
 
 
 @pytest.mark.parametrize("scheme", ["corners", "anchors"])

@@ -9,9 +9,7 @@
 // order). The block then sums the slice's runs into grad_value itself, reading coefficients and
 // entries from shared memory: no sorted copy in global memory, no gather or fix-up launch. CUB's
 // sort of all entries runs three device-wide passes whose cost at decoder sizes is latency, not
-// bytes (12 us each at 300 K entries); this is one launch with every slice in parallel, plus,
-// with levels, one whose blocks sort whole heads only if the levels overlap (the level metadata
-// stays on the device, so the host cannot tell).
+// bytes (12 us each at 300 K entries); this is one launch with every slice in parallel.
 #include <cub/block/block_radix_sort.cuh>
 
 #include "ms_deform_attn/cuda_common.cuh"
@@ -49,9 +47,9 @@ struct SortShape {
 using LevelSort = SortShape<512, 10, 5>;
 using HeadSort = SortShape<512, 40, 5>;
 
-/// Which blocks work: each level of each head when the levels do not overlap, or each head
-/// (always, or only when the levels overlap: the levels launch then left it undone).
-enum class Slices { levels, heads, heads_if_overlapping };
+/// A block's slice: a level of a head (levels that overlap: the head's first block takes them
+/// all, one after the other) or a whole head.
+enum class Slices { levels, heads };
 
 template <typename T>
 struct SliceSumsArgs {
@@ -96,7 +94,7 @@ __device__ inline int bits_below(unsigned count) {  // bits of the largest value
 /// its sum in `pieces` (a group's R x VEC floats), and the group where it began adds those after
 /// a barrier, in share order. So no run, however many points land on its row, is one group's
 /// work, and the order of every sum is fixed by the sizes alone.
-template <typename T, int VEC>
+template <typename T, int VEC, bool kAccumulate>
 __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsigned *sorted,
                           const float *coefs, float *pieces, unsigned lo, unsigned hi) {
     // grad_output rows requested before any is added: 4 keeps a level block within 64 registers
@@ -115,13 +113,21 @@ __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsi
         const bool active = c < D;
         const unsigned first_row = begin < end ? row_at(begin) : sl.rows;
         Running<VEC, 1> sums{first_row, begin > lo && row_at(begin - 1) == first_row, 0, {}};
+        const auto finish = [&] {  // the whole run's sum into its grad_value row
+            T *to = a.grad_value + sl.grad_value_row(sums.run) * D + c;
+            if (kAccumulate)  // onto what this block wrote before (plain loads, not __ldg)
+#pragma unroll
+                for (int v = 0; v < VEC; ++v)
+                    sums.acc[0][v] += to_float(to[v]);
+            store<T, VEC>(to, sums.acc[0]);
+        };
         const auto close = [&] {  // the run `sums.run` ended before the next entry
             if (sums.run >= sl.rows || !active)
                 return;
             if (sums.begun_before)
                 store<float, VEC>(pieces + g * width + grp.r * VEC, sums.acc[0]);
             else
-                store<T, VEC>(a.grad_value + sl.grad_value_row(sums.run) * D + c, sums.acc[0]);
+                finish();
         };
         for (unsigned i = begin; i < end; i += grp.R) {
             const unsigned at = i + grp.r;
@@ -153,54 +159,34 @@ __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsi
                     break;
             }
             if (active)
-                store<T, VEC>(a.grad_value + sl.grad_value_row(sums.run) * D + c, sums.acc[0]);
+                finish();
         }
         __syncthreads();  // the pieces are read before the next chunk writes them
     }
 }
 
-/// Block (head n * M + m, level blockIdx.y for Slices::levels, part blockIdx.z): sorts the
-/// slice's entries by row in shared memory (entry order within a row, the corners outside the
-/// map last) and sums the runs of its part into their grad_value rows (sum_slice). With few
-/// slices, each is sorted by several blocks that sum a part each, so that every SM works.
-template <typename Shape, Slices kSlices, typename T, int VEC>
-__global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
-    slice_sums_kernel(SliceSumsArgs<T> a) {
+/// Sorts the entries of one slice, head blockIdx.x and (by_level) level `level`, by row in shared
+/// memory (entry order within a row, the corners outside the map last) and sums the runs of its
+/// part `part` of `parts` into their grad_value rows (sum_slice; kAccumulate: onto them).
+template <typename Shape, typename T, int VEC, bool kAccumulate>
+__device__ void sort_and_sum(const SliceSumsArgs<T> &a, unsigned char *smem, const Level *levels,
+                             bool by_level, unsigned level, unsigned part, unsigned parts) {
     constexpr int kItems = Shape::kItems;
-    extern __shared__ __align__(16) unsigned char smem[];
     auto &temp = *reinterpret_cast<typename Shape::Sort::TempStorage *>(smem);
     auto *sorted = reinterpret_cast<unsigned *>(smem);  // the sort's storage, once it is done
     auto *coefs = reinterpret_cast<float *>(smem + Shape::kSortBytes);
     float *pieces = coefs + Shape::kCapacity;
-    Level *levels = level_table(smem, Shape::template level_offset<VEC>());
-    __shared__ bool overlapping;
-    load_levels(a.s, levels);
-    __syncthreads();
-    if (kSlices != Slices::heads && threadIdx.x == 0) {
-        bool any = false;  // two non-empty levels sharing a row of value
-        for (int l = 0; l < a.s.levels; ++l)
-            for (int k = l + 1; k < a.s.levels; ++k) {
-                const Level x = levels[l], y = levels[k];
-                any = any || (x.h > 0 && y.h > 0 && x.start < y.start + y.h * y.w &&
-                              y.start < x.start + x.h * x.w);
-            }
-        overlapping = any;
-    }
-    __syncthreads();
-    if ((kSlices == Slices::levels && overlapping) ||
-        (kSlices == Slices::heads_if_overlapping && !overlapping))
-        return;
     const auto M = static_cast<unsigned>(a.s.heads), head = blockIdx.x, n = head / M;
     const auto queries = static_cast<unsigned>(a.s.queries);
     Slice sl{n, head - n * M, queries, n * static_cast<unsigned>(a.s.value_len),
              static_cast<unsigned>(a.s.value_len), queries * a.span, M, a.span_magic};
-    if (kSlices == Slices::levels) {
-        const Level lv = levels[blockIdx.y];
+    if (by_level) {
+        const Level lv = levels[level];
         sl.first += static_cast<unsigned>(lv.start);
         sl.rows = static_cast<unsigned>(lv.h * lv.w);
     }
     // entries run over (n, q, m, level, point, corner)
-    const unsigned skip = kSlices == Slices::levels ? blockIdx.y * a.span : 0u;
+    const unsigned skip = by_level ? level * a.span : 0u;
     unsigned packed[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
@@ -241,9 +227,54 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
         }
         return lo;
     };
-    const unsigned parts = gridDim.z, part = blockIdx.z;
-    sum_slice<T, VEC>(a, sl, sorted, coefs, pieces, run_start(part * sl.count / parts),
-                      run_start((part + 1) * sl.count / parts));
+    sum_slice<T, VEC, kAccumulate>(a, sl, sorted, coefs, pieces,
+                                   run_start(part * sl.count / parts),
+                                   run_start((part + 1) * sl.count / parts));
+}
+
+/// Levels that share rows (the host does not read the level metadata, so only the device can
+/// tell): the head's first block adds its levels one after the other, in level order, onto the
+/// rows. Slow but rare: models' levels do not overlap (the CPU op refuses them). Not inlined, and
+/// `a` by value (a reference would move the kernel's parameters to the stack), so that the common
+/// path's registers do not pay for it.
+template <typename Shape, typename T, int VEC>
+__device__ __noinline__ void sum_levels_in_turn(const SliceSumsArgs<T> a, unsigned char *smem,
+                                                const Level *levels) {
+    for (int level = 0; level < a.s.levels; ++level) {
+        sort_and_sum<Shape, T, VEC, true>(a, smem, levels, true, level, 0, 1);
+        __syncthreads();  // a level's rows are written before the next adds onto them
+    }
+}
+
+/// Block (head n * M + m, level blockIdx.y for Slices::levels, part blockIdx.z): sort_and_sum of
+/// its slice and part. With few slices, each is sorted by several blocks that sum a part each,
+/// so that every SM works.
+template <typename Shape, Slices kSlices, typename T, int VEC>
+__global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
+    slice_sums_kernel(SliceSumsArgs<T> a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Level *levels = level_table(smem, Shape::template level_offset<VEC>());
+    __shared__ bool overlapping;
+    load_levels(a.s, levels);
+    __syncthreads();
+    if (kSlices == Slices::levels && threadIdx.x == 0) {
+        bool any = false;  // two non-empty levels sharing a row of value
+        for (int l = 0; l < a.s.levels; ++l)
+            for (int k = l + 1; k < a.s.levels; ++k) {
+                const Level x = levels[l], y = levels[k];
+                any = any || (x.h > 0 && y.h > 0 && x.start < y.start + y.h * y.w &&
+                              y.start < x.start + x.h * x.w);
+            }
+        overlapping = any;
+    }
+    __syncthreads();
+    if (kSlices == Slices::levels && overlapping) {  // the head's first block does it all
+        if (blockIdx.y == 0 && blockIdx.z == 0)
+            sum_levels_in_turn<Shape, T, VEC>(a, smem, levels);
+        return;
+    }
+    sort_and_sum<Shape, T, VEC, false>(a, smem, levels, kSlices == Slices::levels, blockIdx.y,
+                                       blockIdx.z, gridDim.z);
 }
 
 template <typename Shape, Slices kSlices, typename T, int VEC>
@@ -268,13 +299,10 @@ cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout
     // Parts per slice: as many as give each idle SM one block, at most kMaxParts. Each part
     // sorts the whole slice again, so two blocks of one slice on an SM are slower than one: DETR
     // decoder (64 slices), H200, this launch's GPU time: one part 29.1 us, two 21.1, three 29.4,
-    // four (two blocks per SM) 30.7. The overlap fallback's blocks usually do nothing: one part.
+    // four (two blocks per SM) 30.7.
     constexpr std::int64_t kMaxParts = 4;
     const std::int64_t slices = p.batch * p.heads * (kSlices == Slices::levels ? p.levels : 1);
-    const std::int64_t parts =
-        kSlices == Slices::heads_if_overlapping
-            ? 1
-            : std::clamp<std::int64_t>(multiprocessors() / slices, 1, kMaxParts);
+    const std::int64_t parts = std::clamp<std::int64_t>(multiprocessors() / slices, 1, kMaxParts);
     const dim3 grid(static_cast<unsigned>(p.batch * p.heads),
                     kSlices == Slices::levels ? static_cast<unsigned>(p.levels) : 1u,
                     static_cast<unsigned>(parts));
@@ -290,13 +318,8 @@ cudaError_t sum_slices(const Problem &p, const SortedScratch &s, const Layout &l
     if (s.block_sorted == BlockSorted::heads)
         return launch_slices<HeadSort, Slices::heads, T, VEC>(p, s, layout, grad_out, grad_value,
                                                               per_head, stream);
-    if (const cudaError_t err = launch_slices<LevelSort, Slices::levels, T, VEC>(
-            p, s, layout, grad_out, grad_value, per_level, stream))
-        return err;
-    if (p.levels == 1)  // nothing to overlap
-        return cudaSuccess;
-    return launch_slices<HeadSort, Slices::heads_if_overlapping, T, VEC>(
-        p, s, layout, grad_out, grad_value, per_head, stream);
+    return launch_slices<LevelSort, Slices::levels, T, VEC>(p, s, layout, grad_out, grad_value,
+                                                            per_level, stream);
 }
 
 }  // namespace
