@@ -1,6 +1,6 @@
 // csrc/kernels/ms_deform_attn/run_sums.cuh: summing sorted entries run by run, shared by the
 // device-wide gather (sorted_sums.cu) and the block sorts that sum their own slices
-// (head_sort.cu).
+// (slice_sums.cu).
 #pragma once
 
 #include <cstdint>

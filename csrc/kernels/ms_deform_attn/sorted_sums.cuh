@@ -10,7 +10,7 @@
 // - corners (sparse problems): one entry per (point, corner), keyed by the corner's grad_value
 //   row; a run is a whole row's terms, which the gather writes to grad_value. When a head's
 //   entries fit one block, blocks sort them per head or per (head, level) in shared memory and
-//   sum them there (head_sort.cu) instead of the device-wide sort and the gather: one launch
+//   sum them there (slice_sums.cu) instead of the device-wide sort and the gather: one launch
 //   instead of six at decoder sizes.
 // - anchors (dense problems): one entry per point, keyed by (head, level, its top-left corner
 //   clamped into the map: the anchor), with the coefficients of the four "slots" (anchor,
@@ -64,7 +64,7 @@ __host__ __device__ inline std::int64_t anchor_key(std::int64_t head, std::int64
 constexpr int kNoRun = -1, kUnstoredRun = -2;
 
 /// How the corners entries are sorted and summed: by CUB's radix sort of them all and the gather
-/// (no), or by blocks in shared memory (head_sort.cu), one per head or one per (head, level) when
+/// (no), or by blocks in shared memory (slice_sums.cu), one per head or one per (head, level) when
 /// a head's entries (Lq*L*P*4) fit one block and, for levels, a level's fit a smaller one; such a
 /// block sums its slice's rows itself.
 enum class BlockSorted { no, heads, levels };
@@ -87,7 +87,7 @@ struct SortedScratch {
     std::int64_t capacity;           ///< anchors: runs with room for partials, min(points, rows)
     std::int64_t segments, segment;  ///< how many, and entries per segment (sorted_sums.cu)
     int key_bits;                    ///< the bits the sort looks at (keys_count < 2^key_bits)
-    BlockSorted block_sorted;  ///< corners: sorted by blocks (head_sort.cu) or by CUB (no)
+    BlockSorted block_sorted;  ///< corners: sorted by blocks (slice_sums.cu) or by CUB (no)
 };
 
 /// Sorts the recorded corners entries slice by slice and writes the rows they touch of

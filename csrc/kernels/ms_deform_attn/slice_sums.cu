@@ -1,4 +1,4 @@
-// csrc/kernels/ms_deform_attn/head_sort.cu: the corners scheme's sort and sums, by blocks.
+// csrc/kernels/ms_deform_attn/slice_sums.cu: the corners scheme's sort and sums, by blocks.
 //
 // A head's (n, m) entries only key that head's rows, and with levels that do not overlap a
 // level's entries only key that level's rows: sorting each head, or each (head, level), on its
@@ -93,7 +93,7 @@ __device__ inline int bits_below(unsigned count) {  // bits of the largest value
 /// of the entries and sums its runs in entry order; a run that began in an earlier share leaves
 /// its sum in `pieces` (a group's R x VEC floats), and the group where it began adds those after
 /// a barrier, in share order. So no run, however many points land on its row, is one group's
-/// work, and the order of every sum is fixed by the sizes alone.
+/// work, and the order of every sum is fixed by the sizes and the SM count (parts) alone.
 template <typename T, int VEC, bool kAccumulate>
 __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsigned *sorted,
                           const float *coefs, float *pieces, unsigned lo, unsigned hi) {
