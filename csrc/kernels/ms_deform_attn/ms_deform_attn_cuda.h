@@ -54,9 +54,10 @@ enum class Accumulation {
     /// Deterministic, faster: the terms become entries in `workspace` (sorted_scratch_bytes(p)
     /// bytes): per (point, corner) keyed by grad_value row, or for dense problems per point keyed
     /// by its top-left corner with four slot coefficients; a stable radix sort groups them by key
-    /// (of all entries, or per head or per (head, level) in one block each when those fit) and
-    /// gather passes sum each key's terms in their original order (sorted_sums.cuh). Bit-
-    /// reproducible, IEEE sums for non-finite terms; needs fits_sorted(p).
+    /// and each key's terms are summed in their original order: by gather passes after a sort of
+    /// all entries, or, when a head's entries fit one block, by the blocks that sort each head or
+    /// (head, level) (sorted_sums.cuh). Bit-reproducible, IEEE sums for non-finite terms; needs
+    /// fits_sorted(p).
     sorted,
 };
 
@@ -72,8 +73,9 @@ SortedScheme sorted_scheme(const Problem &p, SortedScheme asked);
 /// Whether the sorted accumulation indexes `p`'s entries, keys and points with 32 bits.
 bool fits_sorted(const Problem &p, SortedScheme scheme);
 
-/// Bytes of the workspace of Accumulation::sorted for `p` (entries, their sorted copies, partial
-/// sums and the sort's temporary storage); 0 unless fits_sorted(p, scheme).
+/// Bytes of the workspace of Accumulation::sorted for `p` (entries and, unless sorted by blocks,
+/// their sorted copies, partial sums and the sort's temporary storage); 0 unless
+/// fits_sorted(p, scheme).
 std::size_t sorted_scratch_bytes(const Problem &p, SortedScheme scheme);
 
 struct BackwardScratch {

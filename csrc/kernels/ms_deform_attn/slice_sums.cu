@@ -84,10 +84,6 @@ struct Slice {
     }
 };
 
-__device__ inline int bits_below(unsigned count) {  // bits of the largest value below count
-    return count > 1 ? 32 - __clz(count - 1) : 1;
-}
-
 /// Sums the runs of sorted entries lo..hi of a slice (`sorted`: row above the slice index,
 /// `coefs` by slice index; whole runs) into grad_value. Each group of R lanes takes an equal share
 /// of the entries and sums its runs in entry order; a run that began in an earlier share leaves
@@ -203,7 +199,7 @@ __device__ void sort_and_sum(const SliceSumsArgs<T> &a, unsigned char *smem, con
         }
     }
     typename Shape::Sort(temp).SortBlockedToStriped(packed, a.index_bits,
-                                                 a.index_bits + bits_below(sl.rows + 1));
+                                                 a.index_bits + bits_for(sl.rows + 1));
     __syncthreads();  // the sort's storage becomes `sorted`
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {

@@ -36,8 +36,9 @@ inline std::int64_t sorted_points(const Problem &p) {
 }
 inline std::int64_t sorted_rows(const Problem &p) { return p.batch * p.value_len * p.heads; }
 
-/// Bits of the largest value below `count` (at least 1, at most 32).
-inline int bits_for(std::int64_t count) {
+/// Bits of the largest value below `count` (at least 1, at most 32); the host's layouts and the
+/// block sorts' key widths.
+__host__ __device__ inline int bits_for(std::int64_t count) {
     int bits = 1;
     while (bits < 32 && (std::int64_t{1} << bits) < count)
         ++bits;
