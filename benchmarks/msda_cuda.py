@@ -147,8 +147,9 @@ def bench(name, spec, locations, reps):
     for dtype in (torch.float16, torch.bfloat16):
         low, low_grad = make_inputs(**spec, locations=locations, dtype=dtype)
         tag = str(dtype).split(".")[-1]
-        row[f"ours_{tag}_fwd_ms"] = median_ms(ms_deform_attn, low, low_grad, False, reps)
-        row[f"ours_{tag}_fwd_bwd_ms"] = median_ms(ms_deform_attn, low, low_grad, True, reps)
+        for backward, key in ((False, "fwd"), (True, "fwd_bwd")):
+            row[f"ours_{tag}_{key}_ms"] = median_ms(ms_deform_attn, low, low_grad, backward, reps)
+            row[f"ours_{tag}_{key}_gpu_ms"] = gpu_ms(ms_deform_attn, low, low_grad, backward, 10)
     return row
 
 
@@ -165,6 +166,16 @@ def table(rows):
             f"| {goal[1]} | {classic[1]} | {r['ours_fp32_deterministic_fwd_bwd_ms']:.4f} "
             f"| {r['ours_float16_fwd_ms']:.4f} / {r['ours_float16_fwd_bwd_ms']:.4f} "
             f"| {r['ours_bfloat16_fwd_ms']:.4f} / {r['ours_bfloat16_fwd_bwd_ms']:.4f} |")
+    lines += ["", "GPU time (profiler), ms: fp32 / fp16 / bf16, and fp32 over fp16 (the speed-up)",
+              "", "| shape | locations | fwd | fwd speed-up | fwd+bwd | fwd+bwd speed-up |",
+              "|---" * 6 + "|"]
+    for r in rows:
+        cells = []
+        for key in ("fwd", "fwd_bwd"):
+            ms = [r[f"ours_{tag}_{key}_gpu_ms"] for tag in ("fp32", "float16", "bfloat16")]
+            cells += [" / ".join(f"{t:.4f}" for t in ms),
+                      f"{ms[0] / ms[1]:.2f}x / {ms[0] / ms[2]:.2f}x"]
+        lines.append(f"| {r['shape']} | {r['locations']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -92,6 +92,57 @@ def test_forward_and_gradients_match_float64(case, dtype, path):
         close(mine, ref, GRAD_TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
+def test_forward_reads_no_value_for_points_outside_the_map(dtype):
+    # Every point outside, every value NaN: nothing is read, so zeros (as grid_sample gives).
+    value, shapes, starts, loc, attn = make(dtype=dtype, d=32, lq=37)
+    value = torch.full_like(value, float("nan"))
+    out = ms_deform_attn(value, shapes, starts, torch.full_like(loc, 3.0), attn)
+    assert not out.isnan().any() and not out.any()
+    # One point inside, on the centre of pixel (x 2, y 3) of level 0 (5 wide, 6 high), where
+    # head 0 of batch 0 is all ones; every other point outside.
+    loc = torch.full_like(loc, -2.0)
+    loc[0, 0, 0, 0, 0] = torch.tensor([2.5 / 5, 3.5 / 6])
+    value[0, :, 0] = 1.0
+    out = ms_deform_attn(value, shapes, starts, loc, attn)
+    assert not out.isnan().any() and not out.view(-1)[32:].any()
+    torch.testing.assert_close(out[0, 0, :32], attn[0, 0, 0, 0, 0].expand(32),
+                               rtol=OUT_TOL[dtype], atol=OUT_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_16_bit_backward_of_sparse_problems_sums_sorted_in_every_mode(dtype, monkeypatch):
+    # Fewer sampling points than grad_value rows (a decoder): the sorted sums, deterministic
+    # even outside deterministic mode, so both modes give the same bits.
+    args = make(dtype=dtype, n=2, lq=7, levels=((9, 8), (5, 4)), m=2, d=32, p=2)
+    workspaces = []  # the dtypes of the float16/bfloat16 workspaces outside deterministic mode
+    real = _msda_kernels._reduced_precision_workspace
+
+    def spy(*args):
+        workspace = real(*args)
+        workspaces.append(workspace.dtype)
+        return workspace
+
+    monkeypatch.setattr(_msda_kernels, "_reduced_precision_workspace", spy)
+    default = [grads(args)[1] for _ in range(2)]
+    torch.use_deterministic_algorithms(True)
+    try:
+        deterministic = grads(args)[1]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert workspaces == [torch.uint8] * 2
+    for run in (default[1], deterministic):
+        for a, b in zip(default[0], run, strict=True):
+            assert torch.equal(a, b)
+    _, refs = grads(cpu64(args))
+    for mine, ref in zip(default[0], refs, strict=True):
+        close(mine, ref, GRAD_TOL[dtype])
+    # Denser problems (an encoder's) keep float atomics into a float32 workspace.
+    monkeypatch.setattr(_msda_kernels, "sorted_scheme", "anchors")
+    grads(args)
+    assert workspaces[2:] == [torch.float32]
+
+
 @pytest.fixture(params=["corners", "anchors", "fixed_point"])
 def accumulation(request, monkeypatch):
     """The deterministic backward's ways of summing grad_value: sorted entries (what every
