@@ -1,7 +1,7 @@
 """benchmarks/e2e_deformable_detr.py: Deformable DETR (ResNet-50, 800x1333), stock vs ours.
 
     PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
-        [--compile-layers MODE] [--compile-model MODE] [--deterministic]
+        [--compile-layers MODE] [--compile-model MODE] [--deterministic] [--amp DTYPE]
 
 Deformable DETR with a ResNet-50 backbone (transformers' own ResNet, random init: nothing is
 downloaded), batch 2, 800x1333, float32. "Ours" swaps transformers'
@@ -15,12 +15,15 @@ profiler table of one training step with ours (where the remaining time goes). D
 cuda if there is a GPU, else cpu (with smaller --batch/--height/--width for a catalog check).
 ``--deterministic`` also measures both under ``torch.use_deterministic_algorithms(True,
 warn_only=True)`` (cuBLAS workspace config set as torch asks), lists the ops that warned (no
-deterministic implementation) and adds the profiler table of ours in that mode.
+deterministic implementation) and adds the profiler table of ours in that mode. ``--amp
+float16|bfloat16`` runs every call under ``torch.autocast`` of that dtype (mixed precision; the
+loss is summed in float32).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -70,23 +73,28 @@ def times_ms(fn, device, reps, warmup=3):
     return statistics.median(times), min(times)
 
 
-def calls(model, pixels):
-    """(inference, training step) of the model on `pixels`."""
+def calls(model, pixels, amp=None):
+    """(inference, training step) of the model on `pixels`, under autocast to `amp` if given."""
+    def autocast():
+        return torch.autocast(pixels.device.type, dtype=amp) if amp else contextlib.nullcontext()
+
     def infer():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             return model.eval()(pixel_values=pixels)
 
     def train_step():
         model.train()
         model.zero_grad(set_to_none=True)
-        out = model(pixel_values=pixels)
-        (out.logits.sum() + out.pred_boxes.sum()).backward()
+        with autocast():
+            out = model(pixel_values=pixels)
+            loss = out.logits.float().sum() + out.pred_boxes.float().sum()
+        loss.backward()
 
     return infer, train_step
 
 
-def measure(model, pixels, device, reps):
-    infer, train_step = calls(model, pixels)
+def measure(model, pixels, device, reps, amp=None):
+    infer, train_step = calls(model, pixels, amp)
     eval_out = infer()
     figures = {}
     for name, fn in (("inference", infer), ("train_step", train_step)):
@@ -147,8 +155,8 @@ def measure_compiled(model, pixels, device, reps, compile_group, options):
 
 
 def max_diff(a, b):
-    return max((a.logits - b.logits).abs().max().item(),
-               (a.pred_boxes - b.pred_boxes).abs().max().item())
+    return max((a.logits.float() - b.logits.float()).abs().max().item(),
+               (a.pred_boxes.float() - b.pred_boxes.float()).abs().max().item())
 
 
 def profile_table(step, device, rows=25):
@@ -182,21 +190,24 @@ def main(argv=None):
                              "e.g. reduce-overhead) on top of our op")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure stock and ours in deterministic mode (warn-only)")
+    parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None,
+                        help="run stock and ours under torch.autocast to this dtype")
     args = parser.parse_args(argv)
+    amp = getattr(torch, args.amp) if args.amp else None
     if args.deterministic:  # before cuBLAS starts: its deterministic mode needs this workspace
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     model = build_model(args.device)
     gen = torch.Generator().manual_seed(1)
     pixels = torch.randn(args.batch, 3, args.height, args.width, generator=gen).to(args.device)
 
-    stock, stock_out, _ = measure(model, pixels, args.device, args.reps)
+    stock, stock_out, _ = measure(model, pixels, args.device, args.reps, amp)
     deterministic = {}
     if args.deterministic:
         deterministic["stock_deterministic"], _, _ = measure_deterministic(
             model, pixels, args.device, args.reps)
     report = turbo_physai.apply(groups=[GROUP], strict=True)
     try:
-        ours, ours_out, step = measure(model, pixels, args.device, args.reps)
+        ours, ours_out, step = measure(model, pixels, args.device, args.reps, amp)
         table = profile_table(step, args.device)
         if args.deterministic:
             figures, out, _ = measure_deterministic(model, pixels, args.device, args.reps)
@@ -207,7 +218,7 @@ def main(argv=None):
         turbo_physai.rollback()
     result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "transformers": transformers.__version__,
-              "command": " ".join(sys.argv),
+              "command": " ".join(sys.argv), "amp": args.amp,
               "shape": [args.batch, 3, args.height, args.width], "stock": stock, "ours": ours,
               "max_abs_diff_logits_boxes": max_diff(ours_out, stock_out),
               "groups": [(g.id, g.status) for g in report.groups], **deterministic}

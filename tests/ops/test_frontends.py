@@ -217,3 +217,37 @@ def test_transformers_model_same_outputs_and_gradients(family, monkeypatch):
     for name in ours[2]:
         torch.testing.assert_close(ours[2][name], reference[2][name], rtol=1e-9, atol=1e-9,
                                    msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("family", MODELS)
+def test_transformers_model_under_cuda_autocast(family, monkeypatch):
+    """Mixed precision training: under torch.autocast the model hands the op a 16-bit value and
+    float32 locations and weights; ours promotes them as autocast does grid_sample, so the model
+    trains as with transformers' own path (same outputs up to float32 summation order)."""
+    transformers = pytest.importorskip("transformers")
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    torch.manual_seed(0)
+    model = MODELS[family](transformers).cuda().eval()
+    pixels = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1)).cuda()
+
+    def run():
+        model.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(pixel_values=pixels)
+            loss = out.logits.float().square().sum() + out.pred_boxes.float().sum()
+        loss.backward()
+        return out.logits.detach().float(), {
+            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    reference = run()
+    monkeypatch.setattr(modeling.MultiScaleDeformableAttention, "forward", transformers_forward)
+    ours = run()
+    torch.testing.assert_close(ours[0], reference[0], rtol=2e-3, atol=2e-3)
+    assert ours[1].keys() == reference[1].keys()
+    for name in ours[1]:
+        scale = reference[1][name].abs().max().item()
+        torch.testing.assert_close(ours[1][name], reference[1][name], rtol=2e-2,
+                                   atol=2e-2 * max(scale, 1e-6),
+                                   msg=lambda m, name=name: f"{name}: {m}")
+

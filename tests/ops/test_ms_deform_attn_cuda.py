@@ -143,6 +143,18 @@ def test_16_bit_backward_of_sparse_problems_sums_sorted_in_every_mode(dtype, mon
     assert workspaces[2:] == [torch.float32]
 
 
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
+def test_cuda_autocast_promotes_a_16_bit_value_with_float32_locations(low):
+    value, shapes, starts, loc, attn = make(d=32)
+    low_value = value.to(low)
+    expected_out, expected = grads([low_value.float(), shapes, starts, loc, attn])
+    with torch.autocast("cuda", dtype=low):
+        out, (g_value, g_loc, g_attn) = grads([low_value, shapes, starts, loc, attn])
+    assert out.dtype == torch.float32 and torch.equal(out, expected_out)
+    assert g_value.dtype == low and torch.equal(g_value, expected[0].to(low))
+    assert torch.equal(g_loc, expected[1]) and torch.equal(g_attn, expected[2])
+
+
 @pytest.fixture(params=["corners", "anchors", "fixed_point"])
 def accumulation(request, monkeypatch):
     """The deterministic backward's ways of summing grad_value: sorted entries (what every

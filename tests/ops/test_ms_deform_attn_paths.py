@@ -242,6 +242,53 @@ def test_jit_trace_records_the_op(monkeypatch):
     assert torch.equal(traced(*args), ms_deform_attn(*args))
 
 
+# --- autocast: the op promotes mixed dtypes, as autocast does grid_sample ---------------------
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
+def test_autocast_promotes_mixed_dtypes_on_both_ways_in(low, monkeypatch):
+    # A model under autocast: a 16-bit value (a linear projection), float32 locations and weights.
+    value, shapes, starts, loc, attn = make(dtype=torch.float32, d=8)
+    low_value = value.to(low)
+    expected_out, expected = run(ms_deform_attn, (low_value.float(), shapes, starts, loc, attn))
+    counts = spy_paths(monkeypatch)
+    for fn in (ms_deform_attn, torch.ops.turbo_physai.ms_deform_attn):
+        with torch.autocast("cpu", dtype=low):
+            out, grads = run(fn, (low_value, shapes, starts, loc, attn))
+        assert out.dtype == torch.float32 and torch.equal(out, expected_out)
+        assert grads[0].dtype == low and torch.equal(grads[0], expected[0].to(low))
+        assert torch.equal(grads[1], expected[1]) and torch.equal(grads[2], expected[2])
+    assert counts == {"fast": 0, "op": 1}  # the public function went through the op
+    with pytest.raises(TypeError, match="sampling_locations: expected dtype"):
+        ms_deform_attn(low_value, shapes, starts, loc, attn)  # outside autocast: refused
+
+
+def test_autocast_leaves_inputs_of_one_dtype_alone():
+    args = make(dtype=torch.bfloat16, d=8)
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = ms_deform_attn(*args)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ms_deform_attn(*args))
+
+
+def test_autocast_still_names_bad_inputs():
+    value, shapes, starts, loc, attn = make(dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(
+            ValueError, match="attention_weights: expected shape"):
+        ms_deform_attn(value.bfloat16(), shapes, starts, loc, attn[..., :1])
+
+
+def test_autocast_inside_a_compiled_function():
+    value, shapes, starts, loc, attn = make(dtype=torch.float32, d=8)
+
+    def f(value, loc, attn):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return ms_deform_attn(value, shapes, starts, loc, attn)
+
+    low_value = value.bfloat16()
+    out = torch.compile(f, fullgraph=True)(low_value, loc, attn)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, ms_deform_attn(low_value.float(), shapes, starts, loc, attn))
+
+
 # --- the profiler ------------------------------------------------------------------------------
 
 def test_profiler_names_the_fast_path_calls(monkeypatch):
