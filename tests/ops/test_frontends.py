@@ -222,9 +222,10 @@ def test_transformers_model_same_outputs_and_gradients(family, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("family", MODELS)
 def test_transformers_model_under_cuda_autocast(family, monkeypatch):
-    """Mixed precision training: under torch.autocast the model hands the op a 16-bit value and
-    float32 locations and weights; ours promotes them as autocast does grid_sample, so the model
-    trains as with transformers' own path (same outputs up to float32 summation order)."""
+    """Mixed precision training: under torch.autocast the model hands the op a bfloat16 value (and
+    locations and weights of its own dtypes, float32 where they come from float32 reference
+    points or a softmax); the op promotes mixed dtypes as autocast does grid_sample, so the model
+    trains as with transformers' own path, up to bfloat16 rounding downstream of the op."""
     transformers = pytest.importorskip("transformers")
     modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     torch.manual_seed(0)
@@ -233,21 +234,25 @@ def test_transformers_model_under_cuda_autocast(family, monkeypatch):
 
     def run():
         model.zero_grad()
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(pixel_values=pixels)
             loss = out.logits.float().square().sum() + out.pred_boxes.float().sum()
         loss.backward()
-        return out.logits.detach().float(), {
-            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        grads = [p.grad.flatten().float() for p in model.parameters() if p.grad is not None]
+        return out.logits.detach().float(), torch.cat(grads)
 
     reference = run()
-    monkeypatch.setattr(modeling.MultiScaleDeformableAttention, "forward", transformers_forward)
-    ours = run()
-    torch.testing.assert_close(ours[0], reference[0], rtol=2e-3, atol=2e-3)
-    assert ours[1].keys() == reference[1].keys()
-    for name in ours[1]:
-        scale = reference[1][name].abs().max().item()
-        torch.testing.assert_close(ours[1][name], reference[1][name], rtol=2e-2,
-                                   atol=2e-2 * max(scale, 1e-6),
-                                   msg=lambda m, name=name: f"{name}: {m}")
+    dtypes = set()
 
+    def recorded(self, value, *args):
+        dtypes.add((value.dtype, args[3].dtype))  # value, sampling_locations
+        return transformers_forward(self, value, *args)
+
+    monkeypatch.setattr(modeling.MultiScaleDeformableAttention, "forward", recorded)
+    logits, grads = run()
+    assert any(value is torch.bfloat16 for value, _ in dtypes), dtypes
+    torch.testing.assert_close(logits, reference[0], rtol=2e-2, atol=2e-2)
+    # Per element, bfloat16 rounding flips dominate small gradients (a bias before a norm has a
+    # gradient of pure rounding noise); the whole gradient vector agrees.
+    assert torch.isfinite(grads).all()
+    assert (grads - reference[1]).norm() <= 2e-2 * reference[1].norm()
