@@ -254,17 +254,16 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
              "ms_deform_attn_backward_cuda");
 }
 
-/// What `scheme` resolves to for these sizes: "corners" or "anchors" (ms_deform_attn_cuda.h).
-const char *sorted_scheme_for(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
-                              std::int64_t queries, std::int64_t levels, std::int64_t points,
-                              std::string_view scheme) {
+/// Whether the sorted backward with `scheme` sorts these sizes' entries by blocks.
+bool sorted_by_blocks(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
+                      std::int64_t queries, std::int64_t levels, std::int64_t points,
+                      std::string_view scheme) {
     for (const std::int64_t size : {batch, value_len, heads, queries, levels, points})
         if (size < 0)
-            throw nb::value_error("ms_deform_attn_sorted_scheme: sizes must be >= 0");
+            throw nb::value_error("ms_deform_attn_sorted_by_blocks: sizes must be >= 0");
     const cu::Problem p{batch, value_len, heads, 0, queries, levels, points,
                         nullptr, nullptr, cu::Dtype::float32};
-    return cu::sorted_scheme(p, scheme_named(scheme)) == cu::SortedScheme::corners ? "corners"
-                                                                                  : "anchors";
+    return cu::sorted_by_blocks(p, scheme_named(scheme));
 }
 
 /// The sorted accumulation's workspace bytes for these sizes; 0 when it does not apply (entries or
@@ -323,12 +322,12 @@ void bind_ms_deform_attn(nb::module_ &m) {
           "Bytes of the uint8 workspace of the sorted deterministic backward (N, S, M, D, Lq, "
           "L, P) on CUDA device `device` for `scheme` ('auto', 'corners' or 'anchors', as "
           "passed to the backward); 0 if the problem needs the int64 workspace instead.");
-    m.def("ms_deform_attn_sorted_scheme", &sorted_scheme_for, nb::arg("batch"),
+    m.def("ms_deform_attn_sorted_by_blocks", &sorted_by_blocks, nb::arg("batch"),
           nb::arg("value_len"), nb::arg("heads"), nb::arg("queries"), nb::arg("levels"),
           nb::arg("points"), nb::arg("scheme") = "auto",
-          "The scheme the sorted backward uses for these sizes (N, S, M, Lq, L, P) when passed "
-          "`scheme`: 'corners' (fewer sampling points than grad_value rows, for 'auto') or "
-          "'anchors'.");
+          "Whether the sorted backward with `scheme` sorts the entries of these sizes (N, S, M, "
+          "Lq, L, P) in shared-memory blocks, a head or (head, level) each, rather than with a "
+          "device-wide sort: the corners scheme with a head's Lq*L*P*4 entries fitting a block.");
 #endif
 }
 

@@ -111,9 +111,10 @@ def test_forward_reads_no_value_for_points_outside_the_map(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_16_bit_backward_of_sparse_problems_sums_sorted_in_every_mode(dtype, monkeypatch):
-    # Fewer sampling points than grad_value rows (a decoder): the sorted sums, deterministic
-    # even outside deterministic mode, so both modes give the same bits.
+def test_16_bit_backward_of_decoders_sums_sorted_in_every_mode(dtype, monkeypatch):
+    # Fewer sampling points than grad_value rows and heads that blocks sort (a decoder): the
+    # sorted sums, deterministic even outside deterministic mode, so both modes give the same
+    # bits.
     args = make(dtype=dtype, n=2, lq=7, levels=((9, 8), (5, 4)), m=2, d=32, p=2)
     workspaces = []  # the dtypes of the float16/bfloat16 workspaces outside deterministic mode
     real = _msda_kernels._reduced_precision_workspace
@@ -137,21 +138,28 @@ def test_16_bit_backward_of_sparse_problems_sums_sorted_in_every_mode(dtype, mon
     _, refs = grads(cpu64(args))
     for mine, ref in zip(default[0], refs, strict=True):
         close(mine, ref, GRAD_TOL[dtype])
-    # Denser problems (an encoder's) keep float atomics into a float32 workspace.
+    # Denser problems (an encoder's) keep float atomics into a float32 workspace, and so do
+    # sparse ones whose heads hold more entries than a block sorts (2600 * 2 * 4 > 20480).
     monkeypatch.setattr(_msda_kernels, "sorted_scheme", "anchors")
     grads(args)
     assert workspaces[2:] == [torch.float32]
+    monkeypatch.setattr(_msda_kernels, "sorted_scheme", "auto")
+    value, _, _, loc, _ = make(dtype=dtype, n=1, lq=2600, levels=((200, 100),), m=1, d=32, p=2)
+    assert real(value, loc).dtype == torch.float32
 
 
 @pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
 def test_cuda_autocast_promotes_a_16_bit_value_with_float32_locations(low):
     value, shapes, starts, loc, attn = make(d=32)
     low_value = value.to(low)
+    grad_output = torch.randn(2, 5, 64, device="cuda")  # float32, as the promoted output
     torch.use_deterministic_algorithms(True)  # grad_value summed in a fixed order: same bits
     try:
-        expected_out, expected = grads([low_value.float(), shapes, starts, loc, attn])
+        expected_out, expected = forward_backward(
+            "fast", [low_value.float(), shapes, starts, loc, attn], grad_output)
         with torch.autocast("cuda", dtype=low):
-            out, (g_value, g_loc, g_attn) = grads([low_value, shapes, starts, loc, attn])
+            out, (g_value, g_loc, g_attn) = forward_backward(
+                "fast", [low_value, shapes, starts, loc, attn], grad_output)
     finally:
         torch.use_deterministic_algorithms(False)
     assert out.dtype == torch.float32 and torch.equal(out, expected_out)

@@ -23,14 +23,14 @@ def inputs():
     return grad_output, value, loc, attn
 
 
-def report_sorted_scheme(monkeypatch, scheme):
+def report_sorted_by_blocks(monkeypatch, by_blocks):
     calls = []
 
     def query(*sizes):
         calls.append(sizes)
-        return scheme
+        return by_blocks
 
-    monkeypatch.setattr(_core, "ms_deform_attn_sorted_scheme", query, raising=False)
+    monkeypatch.setattr(_core, "ms_deform_attn_sorted_by_blocks", query, raising=False)
     return calls
 
 
@@ -95,30 +95,30 @@ def half_inputs(inputs):
     return value.half(), loc.half()
 
 
-def test_reduced_precision_sparse_problems_get_the_sorted_workspace(half_inputs, monkeypatch):
-    schemes = report_sorted_scheme(monkeypatch, "corners")
+def test_reduced_precision_problems_sorted_by_blocks_get_the_sorted_workspace(half_inputs,
+                                                                             monkeypatch):
+    queries = report_sorted_by_blocks(monkeypatch, True)
     sizes = report_sorted_bytes(monkeypatch, 4096)
     workspace = _msda_kernels._reduced_precision_workspace(*half_inputs)
     assert workspace.dtype == torch.uint8 and workspace.shape == (4096,)
     # N, S, M of value, Lq, L, P of the locations, the scheme setting; then the sizes with D and
     # the device (-1: the CPU here).
-    assert schemes == [(2, 42, 2, 5, 2, 3, "auto")]
+    assert queries == [(2, 42, 2, 5, 2, 3, "auto")]
     assert sizes == [(2, 42, 2, 4, 5, 2, 3, -1, "auto")]
 
 
-@pytest.mark.parametrize("scheme, nbytes", [("anchors", 4096), ("corners", 0)])
-def test_reduced_precision_dense_or_too_large_problems_get_a_float32_workspace(
-        half_inputs, monkeypatch, scheme, nbytes):
-    report_sorted_scheme(monkeypatch, scheme)
-    sizes = report_sorted_bytes(monkeypatch, nbytes)
+def test_reduced_precision_problems_not_sorted_by_blocks_get_a_float32_workspace(half_inputs,
+                                                                                  monkeypatch):
+    report_sorted_by_blocks(monkeypatch, False)
+    sizes = report_sorted_bytes(monkeypatch, 4096)
     workspace = _msda_kernels._reduced_precision_workspace(*half_inputs)
     assert workspace.dtype == torch.float32 and workspace.shape == half_inputs[0].shape
-    assert len(sizes) == (scheme == "corners")  # anchors: no size query
+    assert not sizes
 
 
 def test_reduced_precision_falls_back_to_float32_when_the_sorted_one_does_not_fit(
         half_inputs, monkeypatch):
-    report_sorted_scheme(monkeypatch, "corners")
+    report_sorted_by_blocks(monkeypatch, True)
     report_sorted_bytes(monkeypatch, 4096)
     fail_allocations_of(monkeypatch, 4096)
     workspace = _msda_kernels._reduced_precision_workspace(*half_inputs)

@@ -73,6 +73,11 @@ SortedScheme sorted_scheme(const Problem &p, SortedScheme asked);
 /// Whether the sorted accumulation indexes `p`'s entries, keys and points with 32 bits.
 bool fits_sorted(const Problem &p, SortedScheme scheme);
 
+/// Whether Accumulation::sorted with `scheme` sorts `p`'s entries in shared-memory blocks, one per
+/// head or (head, level) (corners, a head's entries fitting a block: slice_sums.cu), rather than
+/// with CUB's device-wide sort and gather passes; false where it does not apply.
+bool sorted_by_blocks(const Problem &p, SortedScheme scheme);
+
 /// Bytes of the workspace of Accumulation::sorted for `p` (entries and, unless sorted by blocks,
 /// their sorted copies, partial sums and the sort's temporary storage); 0 unless
 /// fits_sorted(p, scheme).

@@ -463,6 +463,11 @@ bool fits_sorted(const Problem &p, SortedScheme scheme) {
            rows * p.levels < kLimit;
 }
 
+bool sorted_by_blocks(const Problem &p, SortedScheme scheme) {
+    return fits_sorted(p, scheme) && sorted_scheme(p, scheme) == SortedScheme::corners &&
+           detail::block_sorted(p) != detail::BlockSorted::no;
+}
+
 std::size_t sorted_scratch_bytes(const Problem &p, SortedScheme scheme) {
     detail::SortedScratch s{};
     return fits_sorted(p, scheme) ? detail::sorted_layout(p, sorted_scheme(p, scheme), nullptr, s)
