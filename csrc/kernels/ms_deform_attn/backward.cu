@@ -113,15 +113,18 @@ struct Sums<Mode::fixed_point> {
 };
 
 /// ...or nothing at once: each point becomes entries of the sorted sums (its preparing lane
-/// records them, `record`), which sum_sorted turns into grad_value. corners: four entries.
+/// records them, `record`), which sum_sorted turns into grad_value.
+struct Recorded {
+    template <int VEC>
+    __device__ void add(std::int64_t, int, unsigned, float, const float (&)[VEC]) const {}
+};
+
+/// corners: four entries.
 template <>
-struct Sums<Mode::corners> {
+struct Sums<Mode::corners> : Recorded {
     unsigned *keys, *ids;
     float *coef;
     std::int64_t rows;
-
-    template <int VEC>
-    __device__ void add(std::int64_t, int, unsigned, float, const float (&)[VEC]) const {}
 
     /// Point `at` (the index of its weight) of head h: entries 4*at.. in corner order; a corner
     /// outside the map gets the key `rows`, which sorts after every row and is never summed.
@@ -149,13 +152,10 @@ struct Sums<Mode::corners> {
 /// below-right. A point at x0 = -1 (y0 = -1) has its right (lower) corners in the anchor's slots;
 /// the payload's top bits say which slots hold a corner inside the map.
 template <>
-struct Sums<Mode::anchors> {
+struct Sums<Mode::anchors> : Recorded {
     unsigned *keys, *ids;
     float *coef;
     std::int64_t none;
-
-    template <int VEC>
-    __device__ void add(std::int64_t, int, unsigned, float, const float (&)[VEC]) const {}
 
     __device__ void record(std::int64_t at, const Point &pt, const PointGrad &pg, const Head &h,
                            const Shape &s, int level, int level_start) const {
@@ -192,7 +192,7 @@ __device__ inline Sums<kMode> make_sums(const BackwardArgs<T> &a) {
     if constexpr (kMode == Mode::fixed_point)
         return {static_cast<unsigned long long *>(a.acc), a.flags, fixed_point_scale(a.bound)};
     else if constexpr (is_sorted(kMode))
-        return {a.sorted.keys, a.sorted.ids, a.sorted.coef, a.sorted.keys_count};
+        return {{}, a.sorted.keys, a.sorted.ids, a.sorted.coef, a.sorted.keys_count};
     else
         return {static_cast<float *>(a.acc)};
 }

@@ -15,25 +15,32 @@ namespace turbo_physai::kernels::msda::cuda::detail {
 /// channels per lane, measured slower).
 constexpr int kSumsVec = 4;
 
-/// A group's part in the sorted sums: R lanes (lanes_per_row) of VEC channels, chunk by chunk,
-/// over segments (gather, fixup) or grad_value rows (combine).
+/// A group's part in the sorted sums: R lanes (lanes_per_row) of VEC channels, chunk by chunk.
 struct Group {
     int r, R;
     unsigned mask;
-    std::int64_t first, step;  ///< this group's first item and the stride to its next
 
     __device__ explicit Group(const Layout &lay) {
         const int lane = threadIdx.x & 31;
         R = lay.lanes_per_row;
         r = lane & (R - 1);
         mask = R == 32 ? kFullMask : ((1u << R) - 1u) << (lane & ~(R - 1));
-        first = (static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> lay.log2_lanes;
-        step = static_cast<std::int64_t>(gridDim.x) * (kThreads >> lay.log2_lanes);
     }
     /// The first channel of this lane in `chunk`.
     __device__ std::int64_t channel(int chunk, int vec) const {
         return (static_cast<std::int64_t>(chunk) * R + r) * vec;
     }
+};
+
+/// A grid-stride loop of the device-wide passes (gather, fixup: segments; combine: grad_value
+/// rows), one item per group of R lanes of kThreads-thread blocks: this group's first item and the
+/// stride to its next.
+struct GroupItems {
+    std::int64_t first, step;
+
+    __device__ explicit GroupItems(const Layout &lay)
+        : first((static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> lay.log2_lanes),
+          step(static_cast<std::int64_t>(gridDim.x) * (kThreads >> lay.log2_lanes)) {}
 };
 
 /// An entry's point (its coefficients' index) and the slots it adds to (corners: its one).

@@ -12,6 +12,9 @@
 // bytes (12 us each at 300 K entries); this is one launch with every slice in parallel.
 #include <cub/block/block_radix_sort.cuh>
 
+#include <atomic>
+#include <mutex>
+
 #include "ms_deform_attn/cuda_common.cuh"
 #include "ms_deform_attn/run_sums.cuh"
 #include "ms_deform_attn/sorted_sums.cuh"
@@ -273,13 +276,38 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
                                        blockIdx.z, gridDim.z);
 }
 
+/// Lets `kKernel` take `bytes` of dynamic shared memory. The attribute holds for every later
+/// launch on the device, so the driver is asked once per device and larger size, not per launch;
+/// it only grows, so a launch on another thread never finds it lowered below what it needs.
+template <auto kKernel>
+cudaError_t allow_shared_memory(std::size_t bytes) {
+    constexpr int kDevices = 64;
+    static std::atomic<std::size_t> allowed[kDevices] = {};
+    static std::mutex setting;
+    int device = 0;
+    if (const cudaError_t err = cudaGetDevice(&device))
+        return err;
+    if (device < 0 || device >= kDevices)
+        return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes));
+    if (allowed[device].load(std::memory_order_acquire) >= bytes)
+        return cudaSuccess;
+    const std::lock_guard<std::mutex> lock(setting);
+    if (allowed[device].load(std::memory_order_relaxed) >= bytes)
+        return cudaSuccess;
+    if (const cudaError_t err = cudaFuncSetAttribute(
+            kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)))
+        return err;
+    allowed[device].store(bytes, std::memory_order_release);
+    return cudaSuccess;
+}
+
 template <typename Shape, Slices kSlices, typename T, int VEC>
 cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout &layout,
                           const T *grad_out, T *grad_value, unsigned span, cudaStream_t stream) {
     constexpr auto kernel = slice_sums_kernel<Shape, kSlices, T, VEC>;
     const std::size_t bytes = Shape::template level_offset<VEC>() + sizeof(Level) * p.levels;
-    if (const cudaError_t err = cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)))
+    if (const cudaError_t err = allow_shared_memory<kernel>(bytes))
         return err;
     const SliceSumsArgs<T> a{shape_of(p),
                              layout,

@@ -101,9 +101,10 @@ template <typename T, int VEC, int kSlots>
 __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(GatherArgs<T> a) {
     constexpr int kPerLane = 4;  // the step below adds u = 0..3 by hand
     const Group grp(a.layout);
+    const GroupItems items(a.layout);
     const std::int64_t D = a.channels;
     const auto none = static_cast<unsigned>(a.none);
-    for (std::int64_t seg = grp.first; seg < a.segments; seg += grp.step) {
+    for (std::int64_t seg = items.first; seg < a.segments; seg += items.step) {
         const std::int64_t begin = seg * a.segment, end = min(begin + a.segment, a.entries);
         float *piece = a.pieces + seg * 2 * kSlots * D;
         for (int chunk = 0; chunk < a.layout.chunks; ++chunk) {
@@ -186,11 +187,12 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(Ga
 template <typename T, int VEC, int kSlots>
 __global__ void __launch_bounds__(kThreads) fixup_kernel(GatherArgs<T> a) {
     const Group grp(a.layout);
+    const GroupItems items(a.layout);
     const std::int64_t D = a.channels;
     const auto piece = [&](std::int64_t seg, int which) {
         return a.pieces + (seg * 2 + which) * kSlots * D;
     };
-    for (std::int64_t seg = grp.first; seg < a.segments; seg += grp.step) {
+    for (std::int64_t seg = items.first; seg < a.segments; seg += items.step) {
         const std::int64_t begin = seg * a.segment, end = min(begin + a.segment, a.entries);
         const unsigned run = a.keys[end - 1];
         const bool goes_on = end < a.entries && a.keys[end] == run && run < a.none;
@@ -276,9 +278,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
     load_levels(sh, levels);
     __syncthreads();
     const Group grp(a.layout);
+    const GroupItems items(a.layout);
     const std::int64_t D = sh.channels, rows = sh.batch * sh.value_len * sh.heads;
     const auto heads = static_cast<unsigned>(sh.heads), len = static_cast<unsigned>(sh.value_len);
-    for (std::int64_t row = grp.first; row < rows; row += grp.step) {
+    for (std::int64_t row = items.first; row < rows; row += items.step) {
         const auto at = static_cast<unsigned>(row);  // rows < 2^31 (fits_sorted)
         const unsigned m = at % heads, ns = at / heads, pos = ns % len, n = ns / len;
         const std::int64_t head = static_cast<std::int64_t>(n) * sh.heads + m;
