@@ -35,7 +35,9 @@ them to the widest (``_autocast_forward``), as autocast does ``grid_sample``.
 Determinism: the CPU backward is always bit-identical run after run and for any thread count, with
 or without ``torch.use_deterministic_algorithms`` (each gradient element has one owning thread).
 The CUDA forward is always deterministic; the CUDA backward adds value gradients with float
-atomics unless ``torch.are_deterministic_algorithms_enabled()``. Then the terms become entries
+atomics unless ``torch.are_deterministic_algorithms_enabled()`` (or, in float16/bfloat16, where
+the sorted sums below sort by blocks: most decoders, for which they are faster than atomics into
+a float32 workspace). Then the terms become entries
 (one per point keyed by its top-left corner with four slot coefficients when there are at least
 as many points as value rows, else one per point and corner keyed by value row) that a stable
 radix sort groups by key, and each key's terms are summed in their original order (bit-identical
@@ -55,6 +57,8 @@ CUDA tensors.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -186,9 +190,7 @@ def _autocast_forward(value, spatial_shapes, level_start_index, sampling_locatio
     with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST):
         floats = [t.dtype for t in (value, sampling_locations, attention_weights)
                   if t.is_floating_point()]
-        dtype = floats[0] if floats else None
-        for other in floats[1:]:
-            dtype = torch.promote_types(dtype, other)
+        dtype = functools.reduce(torch.promote_types, floats) if floats else None
 
         def cast(t):
             return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
