@@ -102,15 +102,21 @@ def measure(model, pixels, device, reps, amp=None):
     return figures, eval_out, train_step
 
 
-def measure_deterministic(model, pixels, device, reps):
-    """`measure` in deterministic mode, warn-only, with the ops that warned."""
+@contextlib.contextmanager
+def deterministic_mode():
+    """torch's deterministic mode, warn-only, for the block."""
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            figures, out, step = measure(model, pixels, device, reps)
+        yield
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def measure_deterministic(model, pixels, device, reps):
+    """`measure` in deterministic mode, with the ops that warned."""
+    with deterministic_mode(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figures, out, step = measure(model, pixels, device, reps)
     figures["nondeterministic_ops"] = sorted(
         {str(w.message).split(" does not have")[0] for w in caught
          if "deterministic implementation" in str(w.message)})
@@ -118,13 +124,9 @@ def measure_deterministic(model, pixels, device, reps):
 
 
 def deterministic_profile_table(step, device):
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return profile_table(step, device)
-    finally:
-        torch.use_deterministic_algorithms(False)
+    with deterministic_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return profile_table(step, device)
 
 
 def measure_compiled(model, pixels, device, reps, compile_group, options):

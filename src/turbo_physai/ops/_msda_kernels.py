@@ -174,11 +174,9 @@ def _fixed_point_bound(grad_output, attention_weights):
     return _finite_norm(grad_output, float("inf")) * _finite_norm(attention_weights, 1)
 
 
-def _deterministic_scratch(grad_output, value, sampling_locations, attention_weights):
-    """(workspace, bound, flags) of a deterministic backward: a uint8 workspace for the sorted
-    accumulation (bit-reproducible float sums, ``sorted_scheme``), or the int64 fixed-point
-    workspace with its bound and non-finite flags for problems beyond the sorted path's 32-bit
-    indexing, and when the sorted workspace does not fit in memory."""
+def _sorted_workspace(value, sampling_locations):
+    """The uint8 workspace of the sorted accumulation (``sorted_scheme``), or None for problems
+    beyond its 32-bit indexing and when it does not fit in memory."""
     n, s, m, d = value.shape
     _, lq, _, levels, points, _ = sampling_locations.shape
     nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
@@ -186,9 +184,21 @@ def _deterministic_scratch(grad_output, value, sampling_locations, attention_wei
     if nbytes:
         try:
             # Hundreds of MB that the kernels write before reading them: not filled.
-            return _bare((nbytes,), torch.uint8, value.device), None, None
+            return _bare((nbytes,), torch.uint8, value.device)
         except torch.OutOfMemoryError:
-            pass  # the fixed-point path needs 8 bytes per element of value instead
+            pass
+    return None
+
+
+def _deterministic_scratch(grad_output, value, sampling_locations, attention_weights):
+    """(workspace, bound, flags) of a deterministic backward: a uint8 workspace for the sorted
+    accumulation (bit-reproducible float sums, ``sorted_scheme``), or the int64 fixed-point
+    workspace with its bound and non-finite flags for problems beyond the sorted path's 32-bit
+    indexing, and when the sorted workspace does not fit in memory (the fixed-point path needs 8
+    bytes per element of value instead)."""
+    workspace = _sorted_workspace(value, sampling_locations)
+    if workspace is not None:
+        return workspace, None, None
     # The kernels zero both before use: not filled either.
     return (_bare(value.shape, _INT64, value.device),
             _fixed_point_bound(grad_output, attention_weights),
@@ -204,15 +214,12 @@ def _reduced_precision_workspace(value, sampling_locations):
     besides. Elsewhere that float32 workspace: with a device-wide sort (900 queries of 16 points)
     the sorted sums measured 0.84-1.03x its speed, with anchors (encoders, BEV) 0.8-0.9x. Also the
     workspace when the sorted one does not fit in memory."""
-    n, s, m, d = value.shape
+    n, s, m, _ = value.shape
     _, lq, _, levels, points, _ = sampling_locations.shape
     if _core.ms_deform_attn_sorted_by_blocks(n, s, m, lq, levels, points, sorted_scheme):
-        nbytes = _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
-                                                             value.get_device(), sorted_scheme)
-        try:
-            return _bare((nbytes,), torch.uint8, value.device)
-        except torch.OutOfMemoryError:
-            pass
+        workspace = _sorted_workspace(value, sampling_locations)
+        if workspace is not None:
+            return workspace
     return value.new_empty(value.shape, dtype=_FLOAT32)
 
 
