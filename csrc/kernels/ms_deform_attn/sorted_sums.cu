@@ -328,13 +328,17 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.keys_count = anchors ? rows * p.levels : rows;
     s.capacity = anchors ? std::min(points, rows) : 0;
     s.key_bits = bits_for(s.keys_count + 1);  // keys up to keys_count (`none`)
-    // The gather's lanes per row when D allows kSumsVec channels per lane (misaligned pointers
-    // would change it, and only how evenly the segments fill the waves).
-    const Layout expected = layout_for(p, p.channels % kSumsVec == 0 ? kSumsVec : 1);
-    s.segment = segment_length(s.entries, expected.lanes_per_row);
-    s.segments = (s.entries + s.segment - 1) / s.segment;
-    std::size_t sort_bytes = 0, scan_bytes = 0;
     s.block_sorted = anchors ? BlockSorted::no : block_sorted(p);
+    // Segments are the gather's: block sorts have none. Its lanes per row when D allows kSumsVec
+    // channels per lane (misaligned pointers would change it, and only how evenly the segments
+    // fill the waves).
+    s.segment = s.segments = 0;
+    if (s.block_sorted == BlockSorted::no) {
+        const Layout expected = layout_for(p, p.channels % kSumsVec == 0 ? kSumsVec : 1);
+        s.segment = segment_length(s.entries, expected.lanes_per_row);
+        s.segments = (s.entries + s.segment - 1) / s.segment;
+    }
+    std::size_t sort_bytes = 0, scan_bytes = 0;
     cub::DoubleBuffer<unsigned> sizes_only;
     if (s.block_sorted == BlockSorted::no)
         cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, sizes_only, sizes_only,
@@ -359,8 +363,7 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     s.coef = static_cast<float *>(take(4 * points, sizeof(float)));
     s.sorted_keys = static_cast<unsigned *>(take(gathered, 4));
     s.sorted_ids = static_cast<unsigned *>(take(gathered, 4));
-    s.pieces = static_cast<float *>(take(gathered ? s.segments * 2 * slots * p.channels : 0,
-                                         sizeof(float)));
+    s.pieces = static_cast<float *>(take(s.segments * 2 * slots * p.channels, sizeof(float)));
     s.run_starts = static_cast<int *>(take(anchors ? s.segments + 1 : 0, sizeof(int)));
     s.run_of = static_cast<int *>(take(anchors ? s.keys_count : 0, sizeof(int)));
     s.partials =

@@ -86,7 +86,7 @@ struct SortedScratch {
     std::size_t temp_bytes;
     std::int64_t entries, keys_count;  ///< a key of keys_count marks an entry that adds nothing
     std::int64_t capacity;           ///< anchors: runs with room for partials, min(points, rows)
-    std::int64_t segments, segment;  ///< how many, and entries per segment (sorted_sums.cu)
+    std::int64_t segments, segment;  ///< the gather's: how many, entries each (0: block sorts)
     int key_bits;                    ///< the bits the sort looks at (keys_count < 2^key_bits)
     BlockSorted block_sorted;  ///< corners: sorted by blocks (slice_sums.cu) or by CUB (no)
 };
