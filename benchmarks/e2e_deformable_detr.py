@@ -10,7 +10,8 @@ through the engine (``turbo_physai.apply(groups=[...])``), so the kernel registr
 implementation (CUDA kernel on a GPU, C++ kernel on the CPU). Figures: median and minimum wall
 time of inference (``no_grad``, eval mode) and of a training step (train mode: forward, then
 backward of ``logits.sum() + pred_boxes.sum()``; no optimizer step), synchronized per
-iteration; the largest difference of logits and boxes between the two in eval mode; and a
+iteration; the peak memory of a training step above the model and inputs (CUDA); the largest
+difference of logits and boxes between the two in eval mode; and a
 profiler table of one training step with ours (where the remaining time goes). Default device:
 cuda if there is a GPU, else cpu (with smaller --batch/--height/--width for a catalog check).
 ``--deterministic`` also measures both under ``torch.use_deterministic_algorithms(True,
@@ -93,12 +94,25 @@ def calls(model, pixels, amp=None):
     return infer, train_step
 
 
+def peak_mib(fn, device):
+    """Peak memory of one call above what was allocated before it (CUDA only)."""
+    if device != "cuda":
+        return None
+    sync(device)
+    model_and_inputs = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    sync(device)
+    return (torch.cuda.max_memory_allocated() - model_and_inputs) / 2**20
+
+
 def measure(model, pixels, device, reps, amp=None):
     infer, train_step = calls(model, pixels, amp)
     eval_out = infer()
     figures = {}
     for name, fn in (("inference", infer), ("train_step", train_step)):
         figures[f"{name}_ms"], figures[f"{name}_min_ms"] = times_ms(fn, device, reps)
+    figures["train_step_peak_mib"] = peak_mib(train_step, device)
     return figures, eval_out, train_step
 
 

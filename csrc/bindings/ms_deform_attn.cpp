@@ -88,13 +88,12 @@ void backward(const Input &value, const Input &shapes, const Input &starts, cons
               const Output &grad_loc, const Output &grad_attn, int max_threads) {
     const Checked c = check_cpu(value, shapes, starts, loc, attn);
     const auto &s = c.shapes;
-    const char *like = "the dtype of value";
-    expect_array(grad_value, "grad_value", s.value, "the shape of value", value.dtype(), like,
-                 value);
+    expect_array(grad_value, "grad_value", s.value, "the shape of value", value.dtype(),
+                 "the dtype of value", value);
     expect_array(grad_loc, "grad_sampling_locations", s.loc, "the shape of sampling_locations",
-                 value.dtype(), like, value);
+                 s.points, "the dtype of sampling_locations", value);
     expect_array(grad_attn, "grad_attention_weights", s.attn, "the shape of attention_weights",
-                 value.dtype(), like, value);
+                 s.points, "the dtype of sampling_locations", value);
     const auto run = [&](auto zero) {
         using T = decltype(zero);
         const msda::Strided<const T, 4> g = heads<const T>(grad_out, "grad_output", s, value);
@@ -127,6 +126,14 @@ void expect_dense(const Array &a, const char *name) {
     }
 }
 
+/// A dtype check_inputs accepted for CUDA: float32, float16 or bfloat16.
+cu::Dtype kind_of(nb::dlpack::dtype dt) {
+    return dt == nb::dtype<float>() ? cu::Dtype::float32
+         : dt.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)
+             ? cu::Dtype::bfloat16
+             : cu::Dtype::float16;
+}
+
 /// Checks the five inputs for the CUDA kernels. Level metadata stays on the device (reading it
 /// would synchronize): the kernels treat a level that does not fit in value as empty instead.
 std::pair<cu::Problem, Shapes> check_cuda(const Input &value, const Input &shapes,
@@ -138,16 +145,11 @@ std::pair<cu::Problem, Shapes> check_cuda(const Input &value, const Input &shape
         {&loc, "sampling_locations"}, {&attn, "attention_weights"}};
     for (const auto &[a, name] : arrays)
         expect_dense(*a, name);
-    // check_inputs accepted float32, float16 or bfloat16.
-    const nb::dlpack::dtype dt = value.dtype();
-    const cu::Dtype kind = dt == nb::dtype<float>() ? cu::Dtype::float32
-                         : dt.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)
-                             ? cu::Dtype::bfloat16
-                             : cu::Dtype::float16;
     const auto &v = s.value;
     cu::Problem p{v[0], v[1], v[2], v[3], s.loc[1], s.levels, s.loc[4],
                   static_cast<const std::int64_t *>(shapes.data()),
-                  static_cast<const std::int64_t *>(starts.data()), kind};
+                  static_cast<const std::int64_t *>(starts.data()), kind_of(value.dtype()),
+                  kind_of(s.points)};
     if (!cu::fits_int_indexing(p))
         throw nb::value_error(("value: the CUDA kernels index rows with 32-bit integers; S = " +
                                std::to_string(p.value_len) + " must be below 2^31 and M*D = " +
@@ -196,7 +198,6 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                    std::optional<Output> workspace, std::optional<Input> bound,
                    std::optional<Output> flags, std::uintptr_t stream, std::string_view scheme) {
     const auto [p, s] = check_cuda(value, shapes, starts, loc, attn);
-    const char *like = "the dtype of value";
     expect_cuda_heads(grad_out, "grad_output", s, value);
     const std::tuple<const Output *, const char *, const std::vector<std::int64_t> *,
                      const char *>
@@ -206,7 +207,9 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
                    {&grad_attn, "grad_attention_weights", &s.attn,
                     "the shape of attention_weights"}};
     for (const auto &[g, name, shape, source] : grads) {
-        expect_array(*g, name, *shape, source, value.dtype(), like, value);
+        const bool of_value = g == &grad_value;
+        expect_array(*g, name, *shape, source, of_value ? value.dtype() : s.points,
+                     of_value ? "the dtype of value" : "the dtype of sampling_locations", value);
         expect_dense(*g, name);
     }
     // The sort's temporary bytes depend on the device's architecture: ask on value's device.
@@ -302,14 +305,16 @@ void bind_ms_deform_attn(nb::module_ &m) {
           nb::arg("spatial_shapes"), nb::arg("level_start_index"), nb::arg("sampling_locations"),
           nb::arg("attention_weights"), nb::arg("output"), nb::arg("stream"),
           "Enqueue MSDA of contiguous float32/float16/bfloat16 CUDA arrays on `stream`, writing "
-          "all of output (N, Lq, M*D) or (N, Lq, M, D).");
+          "all of output (N, Lq, M*D) or (N, Lq, M, D) in the locations' dtype: value's, or "
+          "float32 with a 16-bit value (mixed precision).");
     m.def("ms_deform_attn_backward_cuda", &backward_cuda, nb::arg("value"),
           nb::arg("spatial_shapes"), nb::arg("level_start_index"), nb::arg("sampling_locations"),
           nb::arg("attention_weights"), nb::arg("grad_output"), nb::arg("grad_value"),
           nb::arg("grad_sampling_locations"), nb::arg("grad_attention_weights"),
           nb::arg("workspace").none(), nb::arg("bound").none(), nb::arg("flags").none(),
           nb::arg("stream"), nb::arg("scheme") = "auto",
-          "Enqueue the backward on `stream`, overwriting the three gradients. workspace (value's "
+          "Enqueue the backward on `stream`, overwriting the three gradients (grad_value in "
+          "value's dtype, the others and grad_output in the locations'). workspace (value's "
           "shape): None (float32, float atomics into grad_value), float32 (float atomics, then a "
           "cast) or int64 (deterministic fixed point; bound: float64 scalar = max|finite "
           "grad_output| * sum|finite weights|; flags: int32 ((value.numel() + 7) // 8,), "

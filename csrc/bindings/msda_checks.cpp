@@ -88,6 +88,21 @@ void expect_value_dtype_and_device(const Input &value, Target target) {
                                   .c_str());
 }
 
+// Locations and weights share a dtype: value's, or float32 with a 16-bit value (mixed precision).
+void expect_point_dtypes(const Input &value, const Input &loc, const Input &attn) {
+    const nb::dlpack::dtype dt = value.dtype();
+    const bool mixed = (dt == kHalf || dt == kBfloat16) && loc.dtype() == nb::dtype<float>();
+    if (!mixed && loc.dtype() != dt)
+        throw nb::type_error((std::string("sampling_locations: expected dtype ") +
+                              dtype_name(dt) + " (the dtype of value)" +
+                              (dt == kHalf || dt == kBfloat16
+                                   ? " or torch.float32 (mixed precision)"
+                                   : "") +
+                              ", got " + dtype_name(loc.dtype()))
+                                 .c_str());
+    expect_dtype(attn, "attention_weights", loc.dtype(), "the dtype of sampling_locations");
+}
+
 }  // namespace
 
 std::string dtype_name(nb::dlpack::dtype t) {
@@ -127,8 +142,7 @@ Shapes check_inputs(const Input &value, const Input &shapes, const Input &starts
     expect_rank(loc, "sampling_locations", 6, "(N, Lq, M, L, P, 2)");
     expect_rank(attn, "attention_weights", 5, "(N, Lq, M, L, P)");
     expect_value_dtype_and_device(value, target);
-    expect_dtype(loc, "sampling_locations", value.dtype());
-    expect_dtype(attn, "attention_weights", value.dtype());
+    expect_point_dtypes(value, loc, attn);
     expect_index(shapes, "spatial_shapes");
     expect_index(starts, "level_start_index");
     expect_device(shapes, "spatial_shapes", value);
@@ -143,7 +157,7 @@ Shapes check_inputs(const Input &value, const Input &shapes, const Input &starts
                  "N, M of value, L of spatial_shapes");
     expect_shape(attn, "attention_weights", {v[0], l[1], v[2], L, l[4]},
                  "N, M of value, Lq, L, P of sampling_locations");
-    return {v, l, shape_of(attn), L};
+    return {v, l, shape_of(attn), L, loc.dtype()};
 }
 
 template <typename Array>
@@ -165,7 +179,7 @@ std::array<std::int64_t, 4> heads_strides(const Array &a, const char *name, cons
                  split ? std::vector<std::int64_t>{n, lq, m, d}
                        : std::vector<std::int64_t>{n, lq, m * d},
                  split ? "N, Lq, M, D" : "N, Lq, M*D");
-    expect_dtype(a, name, value.dtype());
+    expect_dtype(a, name, s.points, "the dtype of sampling_locations");
     expect_device(a, name, value);
     if (split)
         return {a.stride(0), a.stride(1), a.stride(2), a.stride(3)};

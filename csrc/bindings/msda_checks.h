@@ -36,10 +36,11 @@ enum class Target { cpu, cuda };
 struct Shapes {
     std::vector<std::int64_t> value, loc, attn;
     std::int64_t levels;
+    nb::dlpack::dtype points;  ///< of locations and weights, output and their gradients
 };
 
-/// Ranks, dtypes (value's accepted by `target`; locations and weights as value; int64 level
-/// metadata), devices (value's of `target`, the others on value's) and shapes of the five inputs.
+/// Ranks, dtypes (value's accepted by `target`; locations and weights as value, or float32 with a
+/// 16-bit value; int64 level metadata), devices (value's of `target`, the others on value's) and shapes of the five inputs.
 Shapes check_inputs(const Input &value, const Input &shapes, const Input &starts,
                     const Input &loc, const Input &attn, Target target);
 
@@ -52,7 +53,7 @@ void expect_array(const Array &a, const char *name, const std::vector<std::int64
 
 /// The element strides of output or grad_output seen as (N, Lq, M, D). Both the op's own layout
 /// (N, Lq, M*D), whose last dimension splits into heads and channels, and (N, Lq, M, D) are
-/// accepted; the dtype and device must be value's.
+/// accepted; the dtype must be the locations', the device value's.
 template <typename Array>
 std::array<std::int64_t, 4> heads_strides(const Array &a, const char *name,
                                           const Shapes &s, const Input &value);

@@ -305,7 +305,18 @@ BAD = {
     "value on meta": (lambda a: a.update(value=a["value"].to("meta")), ValueError,
                       ["spatial_shapes", "device meta", "cpu"]),
     "float16 mixed": (lambda a: a.update(value=a["value"].half()), TypeError,
-                      ["sampling_locations", "torch.float16", "torch.float64"]),
+                      ["sampling_locations", "torch.float16", "or torch.float32 (mixed precision)",
+                       "torch.float64"]),
+    "float32 value, float16 points": (
+        lambda a: a.update(value=a["value"].float(), sampling_locations=a[
+            "sampling_locations"].half(), attention_weights=a["attention_weights"].half()),
+        TypeError, ["sampling_locations: expected dtype torch.float32 (the dtype of value), got "
+                    "torch.float16"]),
+    "mixed precision, 16-bit weights": (
+        lambda a: a.update(value=a["value"].bfloat16(), sampling_locations=a[
+            "sampling_locations"].float(), attention_weights=a["attention_weights"].bfloat16()),
+        TypeError, ["attention_weights: expected dtype torch.float32 (the dtype of "
+                    "sampling_locations), got torch.bfloat16"]),
 }
 
 

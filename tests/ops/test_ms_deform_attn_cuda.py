@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs a GPU and a CUDA build")
 
 OUT_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+HALVES = [torch.float16, torch.bfloat16]
 GRAD_TOL = {torch.float32: 1e-4, torch.float16: 3e-2, torch.bfloat16: 3e-2}
 CASES = {
     **BASE_CASES,
@@ -38,13 +39,15 @@ CASES = {
 }
 
 
-def make(dtype=torch.float32, **kwargs):
-    """Inputs on the GPU; locations spill past both borders (zero padding, x = -1 edges)."""
+def make(dtype=torch.float32, points=None, **kwargs):
+    """Inputs on the GPU, value in `dtype`, locations and weights in `points` (default: `dtype`);
+    locations spill past both borders (zero padding, x = -1 edges)."""
     value, shapes, starts, loc, attn = make_inputs(**kwargs)
     if loc.numel():
         loc.view(-1)[:2] = 0.0  # pixel -0.5: inside, on the x = -1 / y = -1 edge
-    return [t.to("cuda", dtype) if t.is_floating_point() else t.cuda()
-            for t in (value, shapes, starts, loc, attn)]
+    points = points or dtype
+    return [value.to("cuda", dtype), shapes.cuda(), starts.cuda(), loc.to("cuda", points),
+            attn.to("cuda", points)]
 
 
 def cpu64(args):
@@ -69,7 +72,7 @@ def grads(args, seed=1, path="fast"):
     args = [t.detach().clone() for t in args]
     shape = (args[0].shape[0], args[3].shape[1], args[0].shape[2] * args[0].shape[3])
     g = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    out, g_inputs = forward_backward(path, args, g.to(args[0]))
+    out, g_inputs = forward_backward(path, args, g.to(args[3]))  # the output's dtype
     return out.detach(), g_inputs
 
 
@@ -92,6 +95,33 @@ def test_forward_and_gradients_match_float64(case, dtype, path):
         close(mine, ref, GRAD_TOL[dtype])
 
 
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("low", HALVES, ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_mixed_precision_matches_float64(case, low, path):
+    # A 16-bit value with float32 locations and weights (what autocast hands the op): the value
+    # is read and its gradient written in 16 bits; output, location and weight gradients are
+    # float32 and as accurate as float32's (the reference takes the same 16-bit value).
+    args = make(dtype=low, points=torch.float32, **CASES[case])
+    out, (g_value, g_loc, g_attn) = grads(args, path=path)
+    ref_out, (r_value, r_loc, r_attn) = grads(cpu64(args))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.cpu().double(), ref_out, rtol=OUT_TOL[torch.float32],
+                               atol=OUT_TOL[torch.float32])
+    assert g_value.dtype == low
+    close(g_value, r_value, GRAD_TOL[low])
+    for mine, ref in ((g_loc, r_loc), (g_attn, r_attn)):
+        assert mine.dtype == torch.float32
+        close(mine, ref, GRAD_TOL[torch.float32])
+
+
+@pytest.mark.parametrize("low", HALVES, ids=str)
+def test_mixed_precision_deterministic_backward(low, accumulation):
+    args = make(dtype=low, points=torch.float32, n=2, lq=64, levels=((4, 3), (2, 2)), m=2, d=32,
+                p=4)
+    deterministic_grads_match_float64(args, dtype=low, runs=2)
+
+
 @pytest.mark.parametrize("dtype", list(OUT_TOL), ids=str)
 def test_forward_reads_no_value_for_points_outside_the_map(dtype):
     # Every point outside, every value NaN: nothing is read, so zeros (as grid_sample gives).
@@ -110,12 +140,13 @@ def test_forward_reads_no_value_for_points_outside_the_map(dtype):
                                rtol=OUT_TOL[dtype], atol=OUT_TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_16_bit_backward_of_decoders_sums_sorted_in_every_mode(dtype, monkeypatch):
+@pytest.mark.parametrize("points", [None, torch.float32], ids=["16-bit", "mixed"])
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_16_bit_backward_of_decoders_sums_sorted_in_every_mode(dtype, points, monkeypatch):
     # Fewer sampling points than grad_value rows and heads that blocks sort (a decoder): the
     # sorted sums, deterministic even outside deterministic mode, so both modes give the same
     # bits.
-    args = make(dtype=dtype, n=2, lq=7, levels=((9, 8), (5, 4)), m=2, d=32, p=2)
+    args = make(dtype=dtype, points=points, n=2, lq=7, levels=((9, 8), (5, 4)), m=2, d=32, p=2)
     workspaces = []  # the dtypes of the float16/bfloat16 workspaces outside deterministic mode
     real = _msda_kernels._reduced_precision_workspace
 
@@ -148,23 +179,29 @@ def test_16_bit_backward_of_decoders_sums_sorted_in_every_mode(dtype, monkeypatc
     assert real(value, loc).dtype == torch.float32
 
 
-@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
-def test_cuda_autocast_promotes_a_16_bit_value_with_float32_locations(low):
-    value, shapes, starts, loc, attn = make(d=32)
-    low_value = value.to(low)
+@pytest.mark.parametrize("low", HALVES, ids=str)
+def test_cuda_autocast_keeps_a_16_bit_value_with_float32_locations(low):
+    args = make(dtype=low, points=torch.float32, d=32)
     grad_output = torch.randn(2, 5, 64, device="cuda")  # float32, as the promoted output
     torch.use_deterministic_algorithms(True)  # grad_value summed in a fixed order: same bits
     try:
-        expected_out, expected = forward_backward(
-            "fast", [low_value.float(), shapes, starts, loc, attn], grad_output)
-        with torch.autocast("cuda", dtype=low):
-            out, (g_value, g_loc, g_attn) = forward_backward(
-                "fast", [low_value, shapes, starts, loc, attn], grad_output)
+        expected_out, expected = forward_backward("fast", args, grad_output)
+        with torch.autocast("cuda", dtype=low), RecordOps() as record:
+            out, grads_ = forward_backward("fast", args, grad_output)
     finally:
         torch.use_deterministic_algorithms(False)
+    # The op got the 16-bit value itself: no float32 copy of it, nor a cast of its gradient.
+    assert "aten._to_copy.default" not in record.names, record.names
     assert out.dtype == torch.float32 and torch.equal(out, expected_out)
-    assert g_value.dtype == low and torch.equal(g_value, expected[0].to(low))
-    assert torch.equal(g_loc, expected[1]) and torch.equal(g_attn, expected[2])
+    for mine, want in zip(grads_, expected, strict=True):
+        assert mine.dtype == want.dtype and torch.equal(mine, want)
+    # As accurate as the float32 computation on the same 16-bit value.
+    wide = [t.float() if t.is_floating_point() else t for t in args]
+    wide_out, wide_grads = forward_backward("fast", wide, grad_output)
+    close(out, wide_out.cpu().double(), OUT_TOL[torch.float32])
+    close(grads_[0], wide_grads[0].cpu().double(), GRAD_TOL[low])
+    for mine, want in zip(grads_[1:], wide_grads[1:], strict=True):
+        close(mine, want.cpu().double(), GRAD_TOL[torch.float32])
 
 
 @pytest.fixture(params=["corners", "anchors", "fixed_point"])

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 from tpa_msda_cases import LEVELS_5, RecordOps, make_inputs, spy_paths  # noqa: E402
 from tpa_msda_cases import forward_and_grads as run  # noqa: E402
 
-from turbo_physai.ops import ms_deform_attn  # noqa: E402
+from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference  # noqa: E402
 from turbo_physai.ops.ms_deform_attn import _backward_op  # noqa: E402
 
 OP = "turbo_physai.ms_deform_attn.default"
@@ -242,24 +242,52 @@ def test_jit_trace_records_the_op(monkeypatch):
     assert torch.equal(traced(*args), ms_deform_attn(*args))
 
 
-# --- autocast: the op promotes mixed dtypes, as autocast does grid_sample ---------------------
+# --- mixed precision and autocast -------------------------------------------------------------
 
 @pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
-def test_autocast_promotes_mixed_dtypes_on_both_ways_in(low, monkeypatch):
-    # A model under autocast: a 16-bit value (a linear projection), float32 locations and weights.
+def test_a_16_bit_value_with_float32_locations_on_every_way_in(low, monkeypatch):
+    # What a model under autocast passes: a 16-bit value (a linear projection), float32 locations
+    # and weights. The output and the location and weight gradients are float32, value's gradient
+    # 16-bit; on the CPU all of it is the float32 computation on the 16-bit value.
     value, shapes, starts, loc, attn = make(dtype=torch.float32, d=8)
     low_value = value.to(low)
     expected_out, expected = run(ms_deform_attn, (low_value.float(), shapes, starts, loc, attn))
     counts = spy_paths(monkeypatch)
     for fn in (ms_deform_attn, torch.ops.turbo_physai.ms_deform_attn):
-        with torch.autocast("cpu", dtype=low):
-            out, grads = run(fn, (low_value, shapes, starts, loc, attn))
+        out, grads = run(fn, (low_value, shapes, starts, loc, attn))
         assert out.dtype == torch.float32 and torch.equal(out, expected_out)
         assert grads[0].dtype == low and torch.equal(grads[0], expected[0].to(low))
         assert torch.equal(grads[1], expected[1]) and torch.equal(grads[2], expected[2])
-    assert counts == {"fast": 0, "op": 1}  # the public function went through the op
-    with pytest.raises(TypeError, match="sampling_locations: expected dtype"):
-        ms_deform_attn(low_value, shapes, starts, loc, attn)  # outside autocast: refused
+    assert counts == {"fast": 1, "op": 0}
+    ref_out, ref = run(ms_deform_attn_reference, (low_value, shapes, starts, loc, attn))
+    assert ref_out.dtype == torch.float32 and ref[0].dtype == low
+    torch.testing.assert_close(ref_out, expected_out)
+    with FakeTensorMode() as mode:
+        fake = ms_deform_attn(*map(mode.from_tensor, (low_value, shapes, starts, loc, attn)))
+    assert fake.dtype == torch.float32 and fake.shape == expected_out.shape
+
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16], ids=str)
+def test_autocast_keeps_a_16_bit_value_and_promotes_the_rest(low, monkeypatch):
+    value, shapes, starts, loc, attn = make(dtype=torch.float32, d=8)
+    low_value = value.to(low)
+    expected_out, expected = run(ms_deform_attn, (low_value, shapes, starts, loc, attn))
+    widened = ms_deform_attn(low_value, shapes, starts, loc, attn.to(low).float())
+    counts = spy_paths(monkeypatch)
+    for fn in (ms_deform_attn, torch.ops.turbo_physai.ms_deform_attn):
+        with torch.autocast("cpu", dtype=low):
+            out, grads = run(fn, (low_value, shapes, starts, loc, attn))
+        assert out.dtype == torch.float32 and torch.equal(out, expected_out)
+        for mine, want in zip(grads, expected, strict=True):
+            assert mine.dtype == want.dtype and torch.equal(mine, want)
+        # 16-bit weights are widened to the locations' float32; value stays 16-bit.
+        with torch.autocast("cpu", dtype=low):
+            out, grads = run(fn, (low_value, shapes, starts, loc, attn.to(low)))
+        assert out.dtype == torch.float32 and grads[2].dtype == low
+        assert torch.equal(out, widened)
+    assert counts == {"fast": 0, "op": 2}  # the public function went through the op
+    with pytest.raises(TypeError, match="attention_weights: expected dtype torch.float32"):
+        ms_deform_attn(low_value, shapes, starts, loc, attn.to(low))  # outside autocast
 
 
 def test_autocast_leaves_inputs_of_one_dtype_alone():

@@ -15,15 +15,18 @@ namespace {
 
 using namespace detail;
 
-template <typename T>
+/// V: the element type of value and grad_value; P: that of the locations, weights, grad_output
+/// and their gradients (V, or float).
+template <typename V, typename P>
 struct BackwardArgs {
     Shape s;
     Layout layout;
-    const T *value, *loc, *attn, *grad_out;
+    const V *value;
+    const P *loc, *attn, *grad_out;
     void *acc;            ///< float (float atomics) or long long (fixed point), value's shape
     const double *bound;  ///< fixed point only
     unsigned *flags;      ///< fixed point only
-    T *grad_loc, *grad_attn;
+    P *grad_loc, *grad_attn;
     SortedScratch sorted;  ///< sorted only
 };
 
@@ -187,8 +190,8 @@ struct Sums<Mode::anchors> : Recorded {
     }
 };
 
-template <typename T, Mode kMode>
-__device__ inline Sums<kMode> make_sums(const BackwardArgs<T> &a) {
+template <Mode kMode, typename Args>
+__device__ inline Sums<kMode> make_sums(const Args &a) {
     if constexpr (kMode == Mode::fixed_point)
         return {static_cast<unsigned long long *>(a.acc), a.flags, fixed_point_scale(a.bound)};
     else if constexpr (is_sorted(kMode))
@@ -208,10 +211,10 @@ constexpr int kWide = 4;
 /// One point's share of the gradients on this lane's channels (every chunk of them): adds the
 /// value gradient of its corners with atomics and returns the lane's parts of d weight, d x, d y.
 /// `column`: value[n, 0, m, r*VEC] as an element index (of value and of the accumulator).
-template <typename T, int VEC, Mode kMode>
-__device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &pt,
+template <typename V, typename P, int VEC, Mode kMode>
+__device__ inline float3 point_gradients(const BackwardArgs<V, P> &a, const Point &pt,
                                          const PointGrad &pg, std::int64_t column,
-                                         unsigned row_elements, const T *grad_row,
+                                         unsigned row_elements, const P *grad_row,
                                          const float (&g0)[VEC], int r,
                                          const Sums<kMode> &sums) {
     float d_weight = 0.f, d_x = 0.f, d_y = 0.f;
@@ -227,13 +230,13 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
             for (int i = 0; i < VEC; ++i)
                 g[i] = g0[i];
         } else {
-            load<T, VEC>(grad_row + c, g);
+            load<P, VEC>(grad_row + c, g);
         }
-        const T *value = a.value + column + c;
+        const V *value = a.value + column + c;
         float v[4][VEC];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-            load<T, VEC>(row_at(value, pt.row[k], row_elements * sizeof(T)), v[k]);
+            load<V, VEC>(row_at(value, pt.row[k], row_elements * sizeof(V)), v[k]);
         float dot[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -264,9 +267,9 @@ __device__ inline float3 point_gradients(const BackwardArgs<T> &a, const Point &
 // bound by its own issue rate) runs at 4 (64 registers, float32 spills 24-36 bytes): 0.6-3.4%
 // faster deterministic fwd+bwd on the encoder, BEV and RT-DETR shapes, 0.6-0.9% slower on the
 // small DETR decoder.
-template <typename T, int VEC, Mode kMode>
+template <typename V, typename P, int VEC, Mode kMode>
 __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
-    backward_kernel(BackwardArgs<T> a) {
+    backward_kernel(BackwardArgs<V, P> a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x / 32;
     Point *points_of = reinterpret_cast<Point *>(smem) + warp * 32;
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
     Level *levels = level_table(smem, kTablesBytes);
     load_levels(a.s, levels);
     __syncthreads();
-    const Sums<kMode> sums = make_sums<T, kMode>(a);
+    const Sums<kMode> sums = make_sums<kMode>(a);
     const Layout &lay = a.layout;
     const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
@@ -288,10 +291,10 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
         const std::int64_t column = (h.n * a.s.value_len * a.s.heads + h.m) * D + ln.r * VEC;
         for (std::int64_t q0 = first_query(lay); q0 < a.s.queries; q0 += query_step(lay)) {
             const bool own_valid = q0 + ln.own < a.s.queries;
-            const T *grad_row = a.grad_out + h.row(q0 + ln.own, a.s) * D + ln.r * VEC;
+            const P *grad_row = a.grad_out + h.row(q0 + ln.own, a.s) * D + ln.r * VEC;
             float g0[VEC] = {};  // the first chunk of grad_output, kept for every point
             if (own_valid && ln.r * VEC < D)
-                load<T, VEC>(grad_row, g0);
+                load<P, VEC>(grad_row, g0);
             for (int base = 0; base < points; base += 32) {
                 const int count = min(32, points - base);
                 const bool prepares = ln.prepares(lay, a.s, base, q0);
@@ -316,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
                     const bool mine = own_valid && j < count;
                     float3 d = make_float3(0.f, 0.f, 0.f);
                     if (mine && points_of[at].row[0] >= 0)
-                        d = point_gradients<T, VEC, kMode>(a, points_of[at], grads_of[at],
+                        d = point_gradients<V, P, VEC, kMode>(a, points_of[at], grads_of[at],
                                                            column, row_elements, grad_row, g0,
                                                            ln.r, sums);
                     // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
@@ -333,9 +336,9 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
                     const float4 totals = totals_of[ln.lane];
                     const std::int64_t at =
                         h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k;
-                    a.grad_attn[at] = from_float<T>(totals.x);
-                    a.grad_loc[2 * at] = from_float<T>(scale_x * totals.y);
-                    a.grad_loc[2 * at + 1] = from_float<T>(scale_y * totals.z);
+                    a.grad_attn[at] = from_float<P>(totals.x);
+                    a.grad_loc[2 * at] = from_float<P>(scale_x * totals.y);
+                    a.grad_loc[2 * at + 1] = from_float<P>(scale_y * totals.z);
                 }
                 __syncwarp();  // the tables are rewritten for the next 32 points
             }
@@ -371,8 +374,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-template <typename T, Mode kMode>
-cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value,
+template <typename V, typename P, Mode kMode>
+cudaError_t launch(const Problem &p, BackwardArgs<V, P> a, bool wide, V *grad_value,
                    cudaStream_t stream) {
     constexpr bool kFixed = kMode == Mode::fixed_point;
     const std::int64_t total = p.batch * p.value_len * p.heads * p.channels;
@@ -390,12 +393,13 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (rows > 0 && p.channels > 0) {
         if (wide)
-            backward_kernel<T, kWide, kMode><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+            backward_kernel<V, P, kWide, kMode>
+                <<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
         else
-            backward_kernel<T, 1, kMode><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+            backward_kernel<V, P, 1, kMode><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     } else if (rows > 0) {
         // D = 0: no channel to read, but every weight and location gradient is still written.
-        const size_t loc_bytes = static_cast<size_t>(rows * p.levels * p.points) * sizeof(T);
+        const size_t loc_bytes = static_cast<size_t>(rows * p.levels * p.points) * sizeof(P);
         if (const cudaError_t err = cudaMemsetAsync(a.grad_attn, 0, loc_bytes, stream))
             return err;
         if (const cudaError_t err = cudaMemsetAsync(a.grad_loc, 0, 2 * loc_bytes, stream))
@@ -404,17 +408,17 @@ cudaError_t launch(const Problem &p, BackwardArgs<T> a, bool wide, T *grad_value
     if constexpr (is_sorted(kMode)) {
         if (const cudaError_t err = cudaGetLastError())
             return err;
-        return sum_sorted<T>(p, a.sorted, a.grad_out, grad_value, stream);
+        return sum_sorted(p, a.sorted, a.grad_out, grad_value, stream);
     }
     if (total > 0 && a.acc != grad_value) {
         const int blocks = blocks_for((total + 31) / 32);
-        finish_kernel<T, kFixed>
+        finish_kernel<V, kFixed>
             <<<blocks, kThreads, 0, stream>>>(a.acc, a.bound, a.flags, grad_value, total);
     }
     return cudaGetLastError();
 }
 
-template <typename T>
+template <typename V, typename P>
 cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const void *attn,
                      const void *grad_out, void *grad_value, void *grad_loc, void *grad_attn,
                      const BackwardScratch &scratch, cudaStream_t stream) {
@@ -422,30 +426,30 @@ cudaError_t dispatch(const Problem &p, const void *value, const void *loc, const
     void *acc = how == Accumulation::direct ? grad_value
               : how == Accumulation::sorted ? nullptr
                                             : scratch.workspace;
-    constexpr std::size_t kBytes = kWide * sizeof(T);
-    const bool wide = p.channels % kWide == 0 && aligned(value, kBytes) &&
-                      aligned(grad_out, kBytes) && aligned(acc, 16);
-    BackwardArgs<T> a{shape_of(p),
-                      layout_for(p, wide ? kWide : 1),
-                      static_cast<const T *>(value),
-                      static_cast<const T *>(loc),
-                      static_cast<const T *>(attn),
-                      static_cast<const T *>(grad_out),
-                      acc,
-                      scratch.bound,
-                      scratch.flags,
-                      static_cast<T *>(grad_loc),
-                      static_cast<T *>(grad_attn),
-                      {}};
-    auto *out = static_cast<T *>(grad_value);
+    const bool wide = p.channels % kWide == 0 && aligned(value, kWide * sizeof(V)) &&
+                      aligned(grad_out, kWide * sizeof(P)) && aligned(acc, 16);
+    BackwardArgs<V, P> a{shape_of(p),
+                         layout_for(p, wide ? kWide : 1),
+                         static_cast<const V *>(value),
+                         static_cast<const P *>(loc),
+                         static_cast<const P *>(attn),
+                         static_cast<const P *>(grad_out),
+                         acc,
+                         scratch.bound,
+                         scratch.flags,
+                         static_cast<P *>(grad_loc),
+                         static_cast<P *>(grad_attn),
+                         {}};
+    auto *out = static_cast<V *>(grad_value);
     switch (how) {
-    case Accumulation::fixed_point: return launch<T, Mode::fixed_point>(p, a, wide, out, stream);
+    case Accumulation::fixed_point:
+        return launch<V, P, Mode::fixed_point>(p, a, wide, out, stream);
     case Accumulation::sorted:
         sorted_layout(p, sorted_scheme(p, scratch.scheme), scratch.workspace, a.sorted);
         if (a.sorted.scheme == SortedScheme::anchors)
-            return launch<T, Mode::anchors>(p, a, wide, out, stream);
-        return launch<T, Mode::corners>(p, a, wide, out, stream);
-    default: return launch<T, Mode::atomics>(p, a, wide, out, stream);
+            return launch<V, P, Mode::anchors>(p, a, wide, out, stream);
+        return launch<V, P, Mode::corners>(p, a, wide, out, stream);
+    default: return launch<V, P, Mode::atomics>(p, a, wide, out, stream);
     }
 }
 
@@ -457,20 +461,14 @@ cudaError_t backward(const Problem &p, const void *value, const void *sampling_l
                      const BackwardScratch &scratch, cudaStream_t stream) {
     if (scratch.accumulation == Accumulation::direct && p.dtype != Dtype::float32)
         return cudaErrorInvalidValue;  // float atomics need a float32 target
-    if (!fits_int_indexing(p) ||
+    if (!fits_int_indexing(p) || !supported_dtypes(p) ||
         (scratch.accumulation == Accumulation::sorted && !fits_sorted(p, scratch.scheme)))
         return cudaErrorInvalidValue;
-    const auto run = [&](auto zero) {
-        using T = decltype(zero);
-        return dispatch<T>(p, value, sampling_locations, attention_weights, grad_output,
-                           grad_value, grad_sampling_locations, grad_attention_weights, scratch,
-                           stream);
-    };
-    switch (p.dtype) {
-    case Dtype::float16: return run(__half{});
-    case Dtype::bfloat16: return run(__nv_bfloat16{});
-    default: return run(0.0f);
-    }
+    return with_types(p, [&](auto value_zero, auto point_zero) {
+        return dispatch<decltype(value_zero), decltype(point_zero)>(
+            p, value, sampling_locations, attention_weights, grad_output, grad_value,
+            grad_sampling_locations, grad_attention_weights, scratch, stream);
+    });
 }
 
 }  // namespace turbo_physai::kernels::msda::cuda

@@ -56,6 +56,27 @@ inline Shape shape_of(const Problem &p) {
             p.level_start_index};
 }
 
+/// X(V, P) for every pair of value and point element types the kernels take, for explicit
+/// instantiations.
+#define TPA_MSDA_TYPE_PAIRS(X)                                                                    \
+    X(float, float)                                                                               \
+    X(__half, __half)                                                                             \
+    X(__half, float)                                                                              \
+    X(__nv_bfloat16, __nv_bfloat16)                                                               \
+    X(__nv_bfloat16, float)
+
+/// f(V{}, P{}) for `p`'s value and point element types (supported_dtypes(p)).
+template <typename F>
+inline auto with_types(const Problem &p, F &&f) {
+    const bool mixed = p.point_dtype != p.dtype;
+    switch (p.dtype) {
+    case Dtype::float16: return mixed ? f(__half{}, 0.0f) : f(__half{}, __half{});
+    case Dtype::bfloat16:
+        return mixed ? f(__nv_bfloat16{}, 0.0f) : f(__nv_bfloat16{}, __nv_bfloat16{});
+    default: return f(0.0f, 0.0f);
+    }
+}
+
 /// Copies the level table into shared memory (dynamic, `levels` entries); call before a barrier.
 __device__ inline void load_levels(const Shape &s, Level *table) {
     for (int l = threadIdx.x; l < s.levels; l += blockDim.x) {
@@ -140,7 +161,14 @@ __device__ inline unsigned bits_of(float v) {
 
 template <typename T, int VEC>
 __device__ inline void store(T *p, const float (&in)[VEC]) {
-    if constexpr (VEC * sizeof(T) == 16 || VEC * sizeof(T) == 8) {
+    if constexpr (VEC * sizeof(T) == 32) {  // float32 output of a 16-bit value's 8 channels
+        float half[2][VEC / 2];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+            half[i / (VEC / 2)][i % (VEC / 2)] = in[i];
+        store<T, VEC / 2>(p, half[0]);
+        store<T, VEC / 2>(p + VEC / 2, half[1]);
+    } else if constexpr (VEC * sizeof(T) == 16 || VEC * sizeof(T) == 8) {
         unsigned words[4] = {};
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {

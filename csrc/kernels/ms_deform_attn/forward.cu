@@ -6,12 +6,14 @@ namespace {
 
 using namespace detail;
 
-template <typename T>
+/// V: value's element type; P: that of the locations, weights and output (V, or float).
+template <typename V, typename P>
 struct ForwardArgs {
     Shape s;
     Layout layout;
-    const T *value, *loc, *attn;
-    T *out;
+    const V *value;
+    const P *loc, *attn;
+    P *out;
 };
 
 constexpr size_t kTablesBytes = warp_tables_bytes<Point>();
@@ -44,8 +46,8 @@ __device__ inline void gather(const Point *table, int first, int step, int count
 /// A warp computes `rows_per_warp` consecutive queries of one head: lane l prepares point
 /// l mod L*P of row l / (L*P) (with more than 32 points, one row and 32 points at a time); the
 /// groups of R lanes split between the rows, each group gathering every G-th point of its row.
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
+template <typename V, typename P, int VEC>
+__global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<V, P> a) {
     extern __shared__ __align__(16) unsigned char smem[];
     Point *table = reinterpret_cast<Point *>(smem) + threadIdx.x / 32 * 32;
     Level *levels = level_table(smem, kTablesBytes);
@@ -54,11 +56,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
     const Layout &lay = a.layout;
     const Lanes ln(lay, a.s);
     const int points = a.s.levels * a.s.points;
-    const unsigned row_bytes = static_cast<unsigned>(a.s.heads * a.s.channels * sizeof(T));
+    const unsigned row_bytes = static_cast<unsigned>(a.s.heads * a.s.channels * sizeof(V));
     const std::int64_t D = a.s.channels;
     for (std::int64_t nm = blockIdx.y; nm < a.s.batch * a.s.heads; nm += gridDim.y) {
         const Head h(nm, a.s.heads);
-        const T *head = a.value + (h.n * a.s.value_len * a.s.heads + h.m) * D;  // value[n,0,m,0]
+        const V *head = a.value + (h.n * a.s.value_len * a.s.heads + h.m) * D;  // value[n,0,m,0]
         for (std::int64_t q0 = first_query(lay); q0 < a.s.queries; q0 += query_step(lay)) {
             const bool own_valid = q0 + ln.own < a.s.queries;
             const std::int64_t row = h.row(q0 + ln.own, a.s);
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
                         __syncwarp();
                     }
                     if (active)
-                        gather<T, VEC>(table + ln.own * points, ln.sub, 1 << ln.log2_groups,
+                        gather<V, VEC>(table + ln.own * points, ln.sub, 1 << ln.log2_groups,
                                        min(32, points - base), head + c, row_bytes, acc);
                 }
                 // A row's groups hold partial sums over different points; add them in a fixed
@@ -94,29 +96,29 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<T> a) {
                     for (int i = 0; i < VEC; ++i)
                         acc[i] += __shfl_xor_sync(kFullMask, acc[i], offset);
                 if (ln.sub == 0 && active)
-                    store<T, VEC>(a.out + row * D + c, acc);
+                    store<P, VEC>(a.out + row * D + c, acc);
             }
         }
     }
 }
 
-template <typename T>
+template <typename V, typename P>
 cudaError_t launch(const Problem &p, const void *value, const void *loc, const void *attn,
                    void *out, cudaStream_t stream) {
     // 16-byte loads: with 16-bit types that is 8 channels per lane (4 lanes per row of D = 32);
     // 8-byte loads for those measured no faster (the backward is another matter).
-    constexpr int kVec = 16 / sizeof(T);
+    constexpr int kVec = 16 / sizeof(V);
     const bool wide = p.channels % kVec == 0 && aligned(value, 16) && aligned(out, 16);
-    ForwardArgs<T> a{shape_of(p), layout_for(p, wide ? kVec : 1),
-                     static_cast<const T *>(value), static_cast<const T *>(loc),
-                     static_cast<const T *>(attn), static_cast<T *>(out)};
+    ForwardArgs<V, P> a{shape_of(p), layout_for(p, wide ? kVec : 1),
+                        static_cast<const V *>(value), static_cast<const P *>(loc),
+                        static_cast<const P *>(attn), static_cast<P *>(out)};
     if (p.batch * p.queries * p.heads == 0 || p.channels == 0)
         return cudaSuccess;
     const size_t smem = kTablesBytes + sizeof(Level) * static_cast<size_t>(p.levels);
     if (wide)
-        forward_kernel<T, kVec><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+        forward_kernel<V, P, kVec><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     else
-        forward_kernel<T, 1><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
+        forward_kernel<V, P, 1><<<grid_for(p, a.layout), kThreads, smem, stream>>>(a);
     return cudaGetLastError();
 }
 
@@ -124,17 +126,12 @@ cudaError_t launch(const Problem &p, const void *value, const void *loc, const v
 
 cudaError_t forward(const Problem &p, const void *value, const void *sampling_locations,
                     const void *attention_weights, void *output, cudaStream_t stream) {
-    if (!fits_int_indexing(p))
+    if (!fits_int_indexing(p) || !supported_dtypes(p))
         return cudaErrorInvalidValue;
-    switch (p.dtype) {
-    case Dtype::float16:
-        return launch<__half>(p, value, sampling_locations, attention_weights, output, stream);
-    case Dtype::bfloat16:
-        return launch<__nv_bfloat16>(p, value, sampling_locations, attention_weights, output,
-                                     stream);
-    default:
-        return launch<float>(p, value, sampling_locations, attention_weights, output, stream);
-    }
+    return with_types(p, [&](auto value_zero, auto point_zero) {
+        return launch<decltype(value_zero), decltype(point_zero)>(
+            p, value, sampling_locations, attention_weights, output, stream);
+    });
 }
 
 }  // namespace turbo_physai::kernels::msda::cuda

@@ -22,8 +22,16 @@ struct Problem {
     std::int64_t batch, value_len, heads, channels, queries, levels, points;
     const std::int64_t *spatial_shapes;     ///< device, (L,2) dense
     const std::int64_t *level_start_index;  ///< device, (L,) dense
-    Dtype dtype;
+    Dtype dtype;  ///< of value and grad_value
+    /// Of the locations, weights, output and their gradients: `dtype`, or float32 with a 16-bit
+    /// value (mixed precision: what autocast gives, a 16-bit projection with float32 locations).
+    Dtype point_dtype = Dtype::float32;
 };
+
+/// Whether the kernels take `p`'s pair of dtypes.
+inline bool supported_dtypes(const Problem &p) {
+    return p.point_dtype == p.dtype || p.point_dtype == Dtype::float32;
+}
 
 /// The kernels keep corner rows (< value_len) in ints and a value row's stride in bytes (M*D
 /// elements of up to 8 bytes: the backward's fixed-point accumulator) in 32 bits; forward and

@@ -90,8 +90,8 @@ struct Running {
 /// current run where the key changes. Anchors read their four coefficients here (the group's
 /// lanes share the load) instead of holding them across steps: registers. A key of `none` or
 /// more adds nothing, and a slot outside the map adds nothing (0 * Inf would be NaN).
-template <typename T, int VEC, int kSlots, int kBatch, typename Close>
-__device__ inline void add_held(const Group &grp, const T *grad_out, const float *coef,
+template <typename G, int VEC, int kSlots, int kBatch, typename Close>
+__device__ inline void add_held(const Group &grp, const G *grad_out, const float *coef,
                                 std::int64_t D, std::int64_t c, bool active, unsigned none,
                                 unsigned key, unsigned query, unsigned payload, float w,
                                 Running<VEC, kSlots> &sums, const Close &close) {
@@ -112,7 +112,7 @@ __device__ inline void add_held(const Group &grp, const T *grad_out, const float
         for (int j = 0; j < kBatch; ++j) {  // no entry there: nothing read
             if (!active || keys[j] >= none)
                 continue;
-            load<T, VEC>(grad_out + static_cast<std::int64_t>(queries[j]) * D + c, rows[j]);
+            load<G, VEC>(grad_out + static_cast<std::int64_t>(queries[j]) * D + c, rows[j]);
             if constexpr (kSlots > 1)
                 coefficients<kSlots>(coef, point_of<kSlots>(payloads[j]), weights[j]);
         }

@@ -54,14 +54,14 @@ using HeadSort = SortShape<512, 40, 5>;
 /// all, one after the other) or a whole head.
 enum class Slices { levels, heads };
 
-template <typename T>
+template <typename G, typename V>
 struct SliceSumsArgs {
     Shape s;
     Layout layout;
     const unsigned *keys;  ///< per entry, in entry order: grad_value row or `none`
     const float *coef;     ///< per entry
-    const T *grad_out;     ///< dense (N, Lq, M, D)
-    T *grad_value;
+    const G *grad_out;     ///< dense (N, Lq, M, D)
+    V *grad_value;
     unsigned per_query;   ///< a head's entries per query (4 L P)
     unsigned span;        ///< a slice's entries per query (4 P, or 4 L P for heads)
     unsigned span_magic;  ///< ceil(2^32 / span): i / span = umulhi(i, magic), exact below 2^16
@@ -93,8 +93,8 @@ struct Slice {
 /// its sum in `pieces` (a group's R x VEC floats), and the group where it began adds those after
 /// a barrier, in share order. So no run, however many points land on its row, is one group's
 /// work, and the order of every sum is fixed by the sizes and the SM count (parts) alone.
-template <typename T, int VEC, bool kAccumulate>
-__device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsigned *sorted,
+template <typename G, typename V, int VEC, bool kAccumulate>
+__device__ void sum_slice(const SliceSumsArgs<G, V> &a, const Slice &sl, const unsigned *sorted,
                           const float *coefs, float *pieces, unsigned lo, unsigned hi) {
     // grad_output rows requested before any is added: 4 keeps a level block within 64 registers
     constexpr int kBatch = 4;
@@ -113,12 +113,12 @@ __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsi
         const unsigned first_row = begin < end ? row_at(begin) : sl.rows;
         Running<VEC, 1> sums{first_row, begin > lo && row_at(begin - 1) == first_row, 0, {}};
         const auto finish = [&] {  // the whole run's sum into its grad_value row
-            T *to = a.grad_value + sl.grad_value_row(sums.run) * D + c;
+            V *to = a.grad_value + sl.grad_value_row(sums.run) * D + c;
             if (kAccumulate)  // onto what this block wrote before (plain loads, not __ldg)
 #pragma unroll
                 for (int v = 0; v < VEC; ++v)
                     sums.acc[0][v] += to_float(to[v]);
-            store<T, VEC>(to, sums.acc[0]);
+            store<V, VEC>(to, sums.acc[0]);
         };
         const auto close = [&] {  // the run `sums.run` ended before the next entry
             if (sums.run >= sl.rows || !active)
@@ -138,7 +138,7 @@ __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsi
                 w = coefs[index];
                 query = sl.grad_out_row(index);
             }
-            add_held<T, VEC, 1, kBatch>(grp, a.grad_out, nullptr, D, c, active, sl.rows, row,
+            add_held<G, VEC, 1, kBatch>(grp, a.grad_out, nullptr, D, c, active, sl.rows, row,
                                         query, 0u, w, sums, close);
         }
         const bool goes_on = begin < end && end < hi && row_at(end) == sums.run;
@@ -167,8 +167,8 @@ __device__ void sum_slice(const SliceSumsArgs<T> &a, const Slice &sl, const unsi
 /// Sorts the entries of one slice, head blockIdx.x and (by_level) level `level`, by row in shared
 /// memory (entry order within a row, the corners outside the map last) and sums the runs of its
 /// part `part` of `parts` into their grad_value rows (sum_slice; kAccumulate: onto them).
-template <typename Shape, typename T, int VEC, bool kAccumulate>
-__device__ void sort_and_sum(const SliceSumsArgs<T> &a, unsigned char *smem, const Level *levels,
+template <typename Shape, typename G, typename V, int VEC, bool kAccumulate>
+__device__ void sort_and_sum(const SliceSumsArgs<G, V> &a, unsigned char *smem, const Level *levels,
                              bool by_level, unsigned level, unsigned part, unsigned parts) {
     constexpr int kItems = Shape::kItems;
     auto &temp = *reinterpret_cast<typename Shape::Sort::TempStorage *>(smem);
@@ -226,7 +226,7 @@ __device__ void sort_and_sum(const SliceSumsArgs<T> &a, unsigned char *smem, con
         }
         return lo;
     };
-    sum_slice<T, VEC, kAccumulate>(a, sl, sorted, coefs, pieces,
+    sum_slice<G, V, VEC, kAccumulate>(a, sl, sorted, coefs, pieces,
                                    run_start(part * sl.count / parts),
                                    run_start((part + 1) * sl.count / parts));
 }
@@ -236,11 +236,11 @@ __device__ void sort_and_sum(const SliceSumsArgs<T> &a, unsigned char *smem, con
 /// rows. Slow but rare: models' levels do not overlap (the CPU op refuses them). Not inlined, and
 /// `a` by value (a reference would move the kernel's parameters to the stack), so that the common
 /// path's registers do not pay for it.
-template <typename Shape, typename T, int VEC>
-__device__ __noinline__ void sum_levels_in_turn(const SliceSumsArgs<T> a, unsigned char *smem,
+template <typename Shape, typename G, typename V, int VEC>
+__device__ __noinline__ void sum_levels_in_turn(const SliceSumsArgs<G, V> a, unsigned char *smem,
                                                 const Level *levels) {
     for (int level = 0; level < a.s.levels; ++level) {
-        sort_and_sum<Shape, T, VEC, true>(a, smem, levels, true, level, 0, 1);
+        sort_and_sum<Shape, G, V, VEC, true>(a, smem, levels, true, level, 0, 1);
         __syncthreads();  // a level's rows are written before the next adds onto them
     }
 }
@@ -248,9 +248,9 @@ __device__ __noinline__ void sum_levels_in_turn(const SliceSumsArgs<T> a, unsign
 /// Block (head n * M + m, level blockIdx.y for Slices::levels, part blockIdx.z): sort_and_sum of
 /// its slice and part. With few slices, each is sorted by several blocks that sum a part each,
 /// so that every SM works.
-template <typename Shape, Slices kSlices, typename T, int VEC>
+template <typename Shape, Slices kSlices, typename G, typename V, int VEC>
 __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
-    slice_sums_kernel(SliceSumsArgs<T> a) {
+    slice_sums_kernel(SliceSumsArgs<G, V> a) {
     extern __shared__ __align__(16) unsigned char smem[];
     Level *levels = level_table(smem, Shape::template level_offset<VEC>());
     __shared__ bool overlapping;
@@ -269,10 +269,10 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
     __syncthreads();
     if (kSlices == Slices::levels && overlapping) {  // the head's first block does it all
         if (blockIdx.y == 0 && blockIdx.z == 0)
-            sum_levels_in_turn<Shape, T, VEC>(a, smem, levels);
+            sum_levels_in_turn<Shape, G, V, VEC>(a, smem, levels);
         return;
     }
-    sort_and_sum<Shape, T, VEC, false>(a, smem, levels, kSlices == Slices::levels, blockIdx.y,
+    sort_and_sum<Shape, G, V, VEC, false>(a, smem, levels, kSlices == Slices::levels, blockIdx.y,
                                        blockIdx.z, gridDim.z);
 }
 
@@ -302,14 +302,14 @@ cudaError_t allow_shared_memory(std::size_t bytes) {
     return cudaSuccess;
 }
 
-template <typename Shape, Slices kSlices, typename T, int VEC>
+template <typename Shape, Slices kSlices, typename G, typename V, int VEC>
 cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout &layout,
-                          const T *grad_out, T *grad_value, unsigned span, cudaStream_t stream) {
-    constexpr auto kernel = slice_sums_kernel<Shape, kSlices, T, VEC>;
+                          const G *grad_out, V *grad_value, unsigned span, cudaStream_t stream) {
+    constexpr auto kernel = slice_sums_kernel<Shape, kSlices, G, V, VEC>;
     const std::size_t bytes = Shape::template level_offset<VEC>() + sizeof(Level) * p.levels;
     if (const cudaError_t err = allow_shared_memory<kernel>(bytes))
         return err;
-    const SliceSumsArgs<T> a{shape_of(p),
+    const SliceSumsArgs<G, V> a{shape_of(p),
                              layout,
                              s.keys,
                              s.coef,
@@ -334,15 +334,15 @@ cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout
     return cudaGetLastError();
 }
 
-template <typename T, int VEC>
+template <typename G, typename V, int VEC>
 cudaError_t sum_slices(const Problem &p, const SortedScratch &s, const Layout &layout,
-                       const T *grad_out, T *grad_value, cudaStream_t stream) {
+                       const G *grad_out, V *grad_value, cudaStream_t stream) {
     const auto per_level = static_cast<unsigned>(4 * p.points);
     const auto per_head = static_cast<unsigned>(4 * p.levels * p.points);
     if (s.block_sorted == BlockSorted::heads)
-        return launch_slices<HeadSort, Slices::heads, T, VEC>(p, s, layout, grad_out, grad_value,
+        return launch_slices<HeadSort, Slices::heads, G, V, VEC>(p, s, layout, grad_out, grad_value,
                                                               per_head, stream);
-    return launch_slices<LevelSort, Slices::levels, T, VEC>(p, s, layout, grad_out, grad_value,
+    return launch_slices<LevelSort, Slices::levels, G, V, VEC>(p, s, layout, grad_out, grad_value,
                                                             per_level, stream);
 }
 
@@ -360,18 +360,17 @@ BlockSorted block_sorted(const Problem &p) {
     return heads ? BlockSorted::heads : BlockSorted::no;
 }
 
-template <typename T>
+template <typename G, typename V>
 cudaError_t sum_by_blocks(const Problem &p, const SortedScratch &s, const Layout &layout,
-                          bool wide, const T *grad_out, T *grad_value, cudaStream_t stream) {
-    return wide ? sum_slices<T, kSumsVec>(p, s, layout, grad_out, grad_value, stream)
-                : sum_slices<T, 1>(p, s, layout, grad_out, grad_value, stream);
+                          bool wide, const G *grad_out, V *grad_value, cudaStream_t stream) {
+    return wide ? sum_slices<G, V, kSumsVec>(p, s, layout, grad_out, grad_value, stream)
+                : sum_slices<G, V, 1>(p, s, layout, grad_out, grad_value, stream);
 }
 
-template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
-                                   const float *, float *, cudaStream_t);
-template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
-                                   const __half *, __half *, cudaStream_t);
-template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &, bool,
-                                   const __nv_bfloat16 *, __nv_bfloat16 *, cudaStream_t);
+#define TPA_SUM_BY_BLOCKS(V, P)                                                                   \
+    template cudaError_t sum_by_blocks(const Problem &, const SortedScratch &, const Layout &,    \
+                                       bool, const P *, V *, cudaStream_t);
+TPA_MSDA_TYPE_PAIRS(TPA_SUM_BY_BLOCKS)
+#undef TPA_SUM_BY_BLOCKS
 
 }  // namespace turbo_physai::kernels::msda::cuda::detail

@@ -30,13 +30,14 @@ int segment_length(std::int64_t entries, int lanes_per_row) {
     return static_cast<int>(std::clamp<std::int64_t>(length, 32, 256));
 }
 
-/// What the sums read and write; kSlots (below) is 1 for corners, 4 for anchors.
-template <typename T>
+/// What the sums read and write; kSlots (below) is 1 for corners, 4 for anchors. G: grad_output's
+/// element type, V: grad_value's.
+template <typename G, typename V>
 struct GatherArgs {
     const unsigned *keys, *ids;  ///< sorted
     const float *coef;
-    const T *grad_out;
-    T *grad_value;
+    const G *grad_out;
+    V *grad_value;
     float *pieces;  ///< per segment 2 x kSlots x D floats: [0] a run begun before it, [1] one
                     ///< going on after it
     const int *run_starts;  ///< anchors: runs begun before each segment
@@ -76,13 +77,13 @@ __device__ inline void add_slots(const float *from, std::int64_t D, std::int64_t
 
 /// A whole run's sums: corners, its grad_value row; anchors, run `id`'s partial sums (if within
 /// the capacity) and, by the group's first lane, where they are.
-template <typename T, int VEC, int kSlots>
-__device__ inline void finish_run(const GatherArgs<T> &a, unsigned run, std::int64_t id,
+template <typename G, typename V, int VEC, int kSlots>
+__device__ inline void finish_run(const GatherArgs<G, V> &a, unsigned run, std::int64_t id,
                                   const float (&acc)[kSlots][VEC], std::int64_t c,
                                   bool first_lane) {
     const std::int64_t D = a.channels;
     if constexpr (kSlots == 1) {
-        store<T, VEC>(a.grad_value + run * D + c, acc[0]);
+        store<V, VEC>(a.grad_value + run * D + c, acc[0]);
     } else {
         const bool stored = id < a.capacity;
         if (stored)
@@ -97,8 +98,8 @@ __device__ inline void finish_run(const GatherArgs<T> &a, unsigned run, std::int
 /// left in `pieces`. Each step reads kPerLane * R entries (kPerLane per lane, coalesced: key,
 /// payload, then corners' coefficients), so the dependent reads' latency is paid once per step;
 /// their grad_output rows are requested 8 (anchors: 4) at a time before any is added.
-template <typename T, int VEC, int kSlots>
-__global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(GatherArgs<T> a) {
+template <typename G, typename V, int VEC, int kSlots>
+__global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(GatherArgs<G, V> a) {
     constexpr int kPerLane = 4;  // the step below adds u = 0..3 by hand
     const Group grp(a.layout);
     const GroupItems items(a.layout);
@@ -123,11 +124,11 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(Ga
                 if (sums.begun_before)
                     store_slots<VEC, kSlots>(piece, D, c, sums.acc);
                 else
-                    finish_run<T, VEC, kSlots>(a, sums.run, sums.id, sums.acc, c,
+                    finish_run<G, V, VEC, kSlots>(a, sums.run, sums.id, sums.acc, c,
                                                chunk == 0 && grp.r == 0);
             };
             const auto add = [&](unsigned key, unsigned query, unsigned payload, float w) {
-                add_held<T, VEC, kSlots, kSlots == 1 ? 8 : 4>(grp, a.grad_out, a.coef, D, c,
+                add_held<G, VEC, kSlots, kSlots == 1 ? 8 : 4>(grp, a.grad_out, a.coef, D, c,
                                                               active, none, key, query, payload,
                                                               w, sums, close);
             };
@@ -184,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, kGatherBlocksPerSM) gather_kernel(Ga
 /// Adds up the pieces of every run that crosses a segment end, in segment order, and finishes
 /// it. The segment where the run began does it: its piece [1], then the next segments' [0]. An
 /// anchors run finished here is the last one begun in its segment.
-template <typename T, int VEC, int kSlots>
-__global__ void __launch_bounds__(kThreads) fixup_kernel(GatherArgs<T> a) {
+template <typename G, typename V, int VEC, int kSlots>
+__global__ void __launch_bounds__(kThreads) fixup_kernel(GatherArgs<G, V> a) {
     const Group grp(a.layout);
     const GroupItems items(a.layout);
     const std::int64_t D = a.channels;
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) fixup_kernel(GatherArgs<T> a) {
                 if (!(spans_next && next_end < a.entries && a.keys[next_end] == run))
                     break;
             }
-            finish_run<T, VEC, kSlots>(a, run, id, acc, c, chunk == 0 && grp.r == 0);
+            finish_run<G, V, VEC, kSlots>(a, run, id, acc, c, chunk == 0 && grp.r == 0);
         }
     }
 }
@@ -242,8 +243,8 @@ __global__ void __launch_bounds__(kThreads)
 
 /// Adds slot `slot` of run `key`'s terms straight from its entries: for runs whose partial sums
 /// did not fit (kUnstoredRun), a binary search and a walk over the run.
-template <typename T, int VEC>
-__device__ void add_run_directly(const GatherArgs<T> &a, std::int64_t key, int slot,
+template <typename G, typename V, int VEC>
+__device__ void add_run_directly(const GatherArgs<G, V> &a, std::int64_t key, int slot,
                                  std::int64_t c, float (&acc)[VEC]) {
     std::int64_t lo = 0, hi = a.entries;
     while (lo < hi) {
@@ -260,7 +261,7 @@ __device__ void add_run_directly(const GatherArgs<T> &a, std::int64_t key, int s
         const unsigned point = payload & kPointMask;
         const float w = a.coef[kAnchorSlots * static_cast<std::int64_t>(point) + slot];
         float g[VEC];
-        load<T, VEC>(a.grad_out + static_cast<std::int64_t>(point / a.per_query) * a.channels + c,
+        load<G, VEC>(a.grad_out + static_cast<std::int64_t>(point / a.per_query) * a.channels + c,
                      g);
 #pragma unroll
         for (int v = 0; v < VEC; ++v)
@@ -270,8 +271,8 @@ __device__ void add_run_directly(const GatherArgs<T> &a, std::int64_t key, int s
 
 /// anchors: grad_value row (n, s, m) = for each level holding s (in level order), the slots
 /// that land on it: slot k of the anchor k & 1 columns left and k >> 1 rows up. Writes every row.
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
+template <typename G, typename V, int VEC>
+__global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<G, V> a) {
     extern __shared__ __align__(16) unsigned char smem[];
     Level *levels = level_table(smem, 0);
     const Shape &sh = a.shape;
@@ -308,10 +309,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(GatherArgs<T> a) {
                         add_floats<VEC>(
                             a.partials + (id * std::int64_t{kAnchorSlots} + k) * D + c, acc);
                     else if (id == kUnstoredRun)
-                        add_run_directly<T, VEC>(a, key, k, c, acc);
+                        add_run_directly<G, V, VEC>(a, key, k, c, acc);
                 }
             }
-            store<T, VEC>(a.grad_value + row * D + c, acc);
+            store<V, VEC>(a.grad_value + row * D + c, acc);
         }
     }
 }
@@ -372,9 +373,9 @@ std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, Sor
     return used;
 }
 
-template <typename T>
-cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_out,
-                       T *grad_value, cudaStream_t stream) {
+template <typename G, typename V>
+cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const G *grad_out,
+                       V *grad_value, cudaStream_t stream) {
     const std::int64_t rows = sorted_rows(p);
     if (rows == 0 || p.channels == 0)
         return cudaSuccess;
@@ -383,15 +384,15 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     // anchors: the combine pass writes every row.
     if (!anchors || s.entries == 0)
         if (const cudaError_t err = cudaMemsetAsync(
-                grad_value, 0, static_cast<std::size_t>(rows * p.channels) * sizeof(T), stream))
+                grad_value, 0, static_cast<std::size_t>(rows * p.channels) * sizeof(V), stream))
             return err;
     if (s.entries == 0)
         return cudaSuccess;
-    const bool wide = p.channels % kSumsVec == 0 && aligned(grad_out, kSumsVec * sizeof(T)) &&
-                      aligned(grad_value, kSumsVec * sizeof(T));
+    const bool wide = p.channels % kSumsVec == 0 && aligned(grad_out, kSumsVec * sizeof(G)) &&
+                      aligned(grad_value, kSumsVec * sizeof(V));
     const Layout layout = layout_for(p, wide ? kSumsVec : 1);
     if (s.block_sorted != BlockSorted::no)
-        return sum_by_blocks<T>(p, s, layout, wide, grad_out, grad_value, stream);
+        return sum_by_blocks(p, s, layout, wide, grad_out, grad_value, stream);
     // The entries and their second buffers take turns as each pass's source and destination
     // (CUB's other form keeps a third copy in its temporary storage); CUB picks, on the host, the
     // buffer the last pass leaves them in.
@@ -400,7 +401,7 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
             s.temp, temp_bytes, keys, ids, static_cast<int>(s.entries), 0, s.key_bits, stream))
         return err;
-    const GatherArgs<T> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value, s.pieces,
+    const GatherArgs<G, V> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value, s.pieces,
                           s.run_starts, s.run_of, s.partials, s.entries, s.keys_count,
                           p.channels, s.segments, s.segment, s.capacity,
                           static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)), layout,
@@ -423,13 +424,13 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     const auto run = [&](auto vec) {
         constexpr int VEC = decltype(vec)::value;
         if (anchors) {
-            gather_kernel<T, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
-            fixup_kernel<T, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
+            gather_kernel<G, V, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
+            fixup_kernel<G, V, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
             const int row_blocks = blocks_for(((rows << layout.log2_lanes) + 31) / 32);
-            combine_kernel<T, VEC><<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
+            combine_kernel<G, V, VEC><<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
         } else {
-            gather_kernel<T, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
-            fixup_kernel<T, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
+            gather_kernel<G, V, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
+            fixup_kernel<G, V, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
         }
     };
     if (wide)
@@ -439,12 +440,11 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_o
     return cudaGetLastError();
 }
 
-template cudaError_t sum_sorted(const Problem &, const SortedScratch &, const float *, float *,
-                                cudaStream_t);
-template cudaError_t sum_sorted(const Problem &, const SortedScratch &, const __half *, __half *,
-                                cudaStream_t);
-template cudaError_t sum_sorted(const Problem &, const SortedScratch &, const __nv_bfloat16 *,
-                                __nv_bfloat16 *, cudaStream_t);
+#define TPA_SUM_SORTED(V, P)                                                                      \
+    template cudaError_t sum_sorted(const Problem &, const SortedScratch &, const P *, V *,       \
+                                    cudaStream_t);
+TPA_MSDA_TYPE_PAIRS(TPA_SUM_SORTED)
+#undef TPA_SUM_SORTED
 
 }  // namespace turbo_physai::kernels::msda::cuda::detail
 

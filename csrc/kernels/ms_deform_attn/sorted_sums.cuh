@@ -94,18 +94,18 @@ struct SortedScratch {
 /// Sorts the recorded corners entries slice by slice and writes the rows they touch of
 /// grad_value, a block per slice (block_sorted != no); `layout` and `wide` (kSumsVec channels per
 /// lane) as the gather's.
-template <typename T>
+template <typename G, typename V>
 cudaError_t sum_by_blocks(const Problem &p, const SortedScratch &s, const Layout &layout,
-                          bool wide, const T *grad_out, T *grad_value, cudaStream_t stream);
+                          bool wide, const G *grad_out, V *grad_value, cudaStream_t stream);
 
 /// Lays the pieces of `scheme` (resolved) out from `base` (nullptr: sizes only) and returns the
 /// bytes they take.
 std::size_t sorted_layout(const Problem &p, SortedScheme scheme, void *base, SortedScratch &out);
 
 /// Sorts the recorded entries and writes all of grad_value from them; `grad_out` dense
-/// (N, Lq, M, D) of T.
-template <typename T>
-cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const T *grad_out,
-                       T *grad_value, cudaStream_t stream);
+/// (N, Lq, M, D).
+template <typename G, typename V>
+cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const G *grad_out,
+                       V *grad_value, cudaStream_t stream);
 
 }  // namespace turbo_physai::kernels::msda::cuda::detail

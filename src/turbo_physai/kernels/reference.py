@@ -59,7 +59,8 @@ def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return _StraightThrough.apply(x, scale)
 
 
-_MSDA_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_MSDA_HALVES = (torch.float16, torch.bfloat16)
+_MSDA_FLOATS = (*_MSDA_HALVES, torch.float32, torch.float64)
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
@@ -91,10 +92,16 @@ def check_ms_deform_attn(
                              f"got shape {_shape(named[name])}")
     if value.dtype not in _MSDA_FLOATS:
         raise TypeError(f"value: expected a floating dtype {_MSDA_FLOATS}, got {value.dtype}")
-    for name in ("sampling_locations", "attention_weights"):
-        if named[name].dtype != value.dtype:
-            raise TypeError(f"{name}: expected dtype {value.dtype} (the dtype of value), "
-                            f"got {named[name].dtype}")
+    # Locations and weights share a dtype: value's, or float32 with a 16-bit value (mixed
+    # precision: a 16-bit projection with float32 reference points and softmax weights).
+    points = sampling_locations.dtype
+    if points != value.dtype and not (value.dtype in _MSDA_HALVES and points == torch.float32):
+        mixed = " or torch.float32 (mixed precision)" if value.dtype in _MSDA_HALVES else ""
+        raise TypeError(f"sampling_locations: expected dtype {value.dtype} (the dtype of value)"
+                        f"{mixed}, got {points}")
+    if attention_weights.dtype != points:
+        raise TypeError(f"attention_weights: expected dtype {points} (the dtype of "
+                        f"sampling_locations), got {attention_weights.dtype}")
     for name in ("spatial_shapes", "level_start_index"):
         if named[name].dtype.is_floating_point or named[name].dtype.is_complex \
                 or named[name].dtype == torch.bool:
@@ -146,11 +153,13 @@ def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
     """Reference of the ``ms_deform_attn`` slot: one ``grid_sample`` per level (what
     transformers runs on CPU).
 
-    Inputs are checked as the op checks them, with the same messages.
+    Inputs are checked as the op checks them, with the same messages. A 16-bit value with float32
+    locations (mixed precision) is sampled in float32: the result has the locations' dtype.
     """
     spatial_shapes, level_start_index = check_ms_deform_attn(
         value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
     shapes = _check_levels(value, spatial_shapes, level_start_index)
+    value = value.to(sampling_locations.dtype)
     n, _, m, d = value.shape
     _, lq, _, levels, points, _ = sampling_locations.shape
     value_list = value.split([h * w for h, w in shapes], dim=1)

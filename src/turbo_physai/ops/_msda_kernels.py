@@ -40,9 +40,9 @@ def check_grad_output(grad_output, value, sampling_locations):
     if tuple(grad_output.shape) != expected:
         raise ValueError(f"grad_output: expected shape {expected} (N, Lq, M*D), "
                          f"got {tuple(grad_output.shape)}")
-    if grad_output.dtype != value.dtype:
-        raise TypeError(f"grad_output: expected dtype {value.dtype} (the dtype of value), "
-                        f"got {grad_output.dtype}")
+    if grad_output.dtype != sampling_locations.dtype:
+        raise TypeError(f"grad_output: expected dtype {sampling_locations.dtype} (the dtype of "
+                        f"sampling_locations), got {grad_output.dtype}")
 
 
 def _index(t: torch.Tensor) -> torch.Tensor:
@@ -104,12 +104,13 @@ def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
                 attention_weights: torch.Tensor) -> torch.Tensor:
     if value.dtype in _REDUCED:
         # The CPU kernel has no reduced-precision variant: check here (a conversion would hide
-        # mixed dtypes from the binding), compute in float32, cast back.
+        # wrong dtypes from the binding), compute in float32, give the output the locations'
+        # dtype (value's, or float32 with mixed precision).
         check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                      attention_weights)
         out = forward_cpu(value.to(_FLOAT32), spatial_shapes, level_start_index,
                           sampling_locations.to(_FLOAT32), attention_weights.to(_FLOAT32))
-        return out.to(value.dtype)
+        return out.to(sampling_locations.dtype)
     n, _, m, d = value.shape
     # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
     out = value.new_empty((n, sampling_locations.shape[1], m * d))
@@ -132,7 +133,8 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
         grads = backward_cpu(grad_output.to(_FLOAT32), value.to(_FLOAT32), spatial_shapes,
                              level_start_index, sampling_locations.to(_FLOAT32),
                              attention_weights.to(_FLOAT32))
-        return tuple(g.to(value.dtype) for g in grads)
+        return tuple(g.to(t.dtype) for g, t in zip(grads, (value, sampling_locations,
+                                                            attention_weights), strict=True))
     grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
     _core.ms_deform_attn_backward(
         *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
@@ -151,7 +153,8 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor) -> torch.Tensor:
     n, _, m, d = value.shape
-    out = _unfilled((n, sampling_locations.shape[1], m * d), value.dtype, value.device)
+    out = _unfilled((n, sampling_locations.shape[1], m * d), sampling_locations.dtype,
+                    value.device)
     _core.ms_deform_attn_forward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), _to_dlpack(out), _stream(value))

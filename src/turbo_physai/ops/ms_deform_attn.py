@@ -28,9 +28,11 @@ the whole batch (``_forward_vmap``).
 Dtypes: on the CPU float32 and float64 run natively; float16 and bfloat16 are checked and
 converted to float32 in Python (``_msda_kernels``), computed in float32 and the results cast
 back. On CUDA float32, float16 and bfloat16 run natively with float32 accumulation (float64 is
-CPU only).
-Inputs of different floating dtypes are refused, except under autocast, where the op promotes
-them to the widest (``_autocast_forward``), as autocast does ``grid_sample``.
+CPU only). Locations and weights share a dtype, which the output and their gradients have: value's,
+or float32 with a float16/bfloat16 value (mixed precision: the CUDA kernels read the 16-bit value
+and write its gradient in 16 bits, everything else in float32; the CPU computes in float32).
+Other mixes are refused, except under autocast, where the op promotes them to the widest
+(``_autocast_forward``), as autocast does ``grid_sample``, keeping a 16-bit value as it is.
 
 Determinism: the CPU backward is always bit-identical run after run and for any thread count, with
 or without ``torch.use_deterministic_algorithms`` (each gradient element has one owning thread).
@@ -96,7 +98,7 @@ def _forward_fake(value, spatial_shapes, level_start_index, sampling_locations,
                   attention_weights):
     check_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
     n, _, m, d = value.shape
-    return value.new_empty((n, sampling_locations.shape[1], m * d))
+    return sampling_locations.new_empty((n, sampling_locations.shape[1], m * d))
 
 
 @_forward_op.register_vmap
@@ -172,9 +174,11 @@ def _autograd_backward(ctx, grad_output):
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
-# --- autocast: the op promotes, as torch's autocast does grid_sample ---------------------------
+# --- autocast: the op promotes, as torch's autocast does grid_sample, keeping 16-bit values ----
 
 _forward_overload = torch.ops.turbo_physai.ms_deform_attn.default
+_FLOAT32 = torch.float32
+_HALVES = (torch.float16, torch.bfloat16)
 _AUTOCAST = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
              | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
 _autocast_lib = torch.library.Library("turbo_physai", "IMPL")
@@ -182,11 +186,13 @@ _autocast_lib = torch.library.Library("turbo_physai", "IMPL")
 
 def _autocast_forward(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights):
-    """Under autocast, value, locations and weights of different floating dtypes are cast to the
-    widest of them, then the op runs with autocast off: what autocast does to grid_sample, the op
-    this one replaces. Under CUDA autocast a model passes a float16/bfloat16 value (a linear
-    projection) with float32 locations and softmax weights, so it runs in float32; narrowing the
-    locations instead would misplace points by up to a third of a pixel on a 167-pixel map."""
+    """Under autocast, value, locations and weights of different floating dtypes are promoted to
+    the widest of them, then the op runs with autocast off, so the output has the dtype autocast
+    gives grid_sample, the op this one replaces. Under CUDA autocast a model passes a
+    float16/bfloat16 value (a linear projection) with float32 locations and softmax weights: that
+    value stays as it is (the kernels read it in 16 bits and accumulate in float32, the same sums
+    as on a float32 copy of it, without the copy), the rest is float32. Narrowing the locations
+    instead would misplace points by up to a third of a pixel on a 167-pixel map."""
     with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST):
         floats = [t.dtype for t in (value, sampling_locations, attention_weights)
                   if t.is_floating_point()]
@@ -195,8 +201,10 @@ def _autocast_forward(value, spatial_shapes, level_start_index, sampling_locatio
         def cast(t):
             return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
 
-        return _forward_overload(cast(value), spatial_shapes, level_start_index,
-                                 cast(sampling_locations), cast(attention_weights))
+        mixed = dtype is _FLOAT32 and value.dtype in _HALVES
+        return _forward_overload(value if mixed else cast(value), spatial_shapes,
+                                 level_start_index, cast(sampling_locations),
+                                 cast(attention_weights))
 
 
 for _key in ("AutocastCPU", "AutocastCUDA"):
