@@ -10,7 +10,9 @@
   fast path), (b) ``torch.ops.turbo_physai.ms_deform_attn``, the custom op (dispatcher and
   registered autograd), (c) the binding alone (``_core``, DLPack capsules, outputs allocated
   once); and for scale (d) a do-nothing ``torch.autograd.Function`` through the same
-  ``autograd.grad`` call: what torch's autograd costs by itself.
+  ``autograd.grad`` call: what torch's autograd costs by itself; (e) and (f): (a) and (b) under
+  ``torch.autocast`` to bfloat16 with a bfloat16 value and float32 locations and weights (what a
+  model under mixed precision passes).
 
 CPU: a tiny call (one 2x2 level, one query: the kernel is negligible), 1 thread; microseconds per
 call, median of 7 repeats. CUDA: a DETR-decoder-sized call (value (2, 22223, 8, 32), levels
@@ -152,7 +154,23 @@ def calls(device: str) -> dict[str, object]:
 
         return forward_only, forward_backward
 
+    def under_autocast(fn):
+        low = [leaves[0].detach().bfloat16().requires_grad_(), leaves[1], leaves[2]]
+
+        def forward_only():
+            with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+                fn(low[0], shapes, starts, loc, weights)
+
+        def forward_backward():
+            with torch.autocast(device, dtype=torch.bfloat16):
+                out = fn(low[0], shapes, starts, low[1], low[2])
+            torch.autograd.grad(out, low, grad)
+
+        return forward_only, forward_backward
+
     public, op = through(ms_deform_attn), through(torch.ops.turbo_physai.ms_deform_attn)
+    public_amp = under_autocast(ms_deform_attn)
+    op_amp = under_autocast(torch.ops.turbo_physai.ms_deform_attn)
     return {
         "forward: (a) public function": public[0],
         "forward: (b) custom op": op[0],
@@ -162,6 +180,10 @@ def calls(device: str) -> dict[str, object]:
         "fwd+bwd: (c) binding alone": binding_forward_backward,
         "fwd+bwd: (d) no-op autograd.Function": lambda: torch.autograd.grad(
             _Noop.apply(*leaves, out_shape), leaves, grad),
+        "forward: (e) public function, autocast": public_amp[0],
+        "forward: (f) custom op, autocast": op_amp[0],
+        "fwd+bwd: (e) public function, autocast": public_amp[1],
+        "fwd+bwd: (f) custom op, autocast": op_amp[1],
     }
 
 

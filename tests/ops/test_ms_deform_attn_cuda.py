@@ -186,15 +186,18 @@ def test_cuda_autocast_keeps_a_16_bit_value_with_float32_locations(low):
     torch.use_deterministic_algorithms(True)  # grad_value summed in a fixed order: same bits
     try:
         expected_out, expected = forward_backward("fast", args, grad_output)
-        with torch.autocast("cuda", dtype=low), RecordOps() as record:
-            out, grads_ = forward_backward("fast", args, grad_output)
+        with torch.autocast("cuda", dtype=low):
+            runs = [forward_backward(path, args, grad_output) for path in PATHS]
+            with RecordOps() as record:  # a mode: the op's autocast kernel
+                runs.append(forward_backward("fast", args, grad_output))
     finally:
         torch.use_deterministic_algorithms(False)
     # The op got the 16-bit value itself: no float32 copy of it, nor a cast of its gradient.
     assert "aten._to_copy.default" not in record.names, record.names
-    assert out.dtype == torch.float32 and torch.equal(out, expected_out)
-    for mine, want in zip(grads_, expected, strict=True):
-        assert mine.dtype == want.dtype and torch.equal(mine, want)
+    for out, grads_ in runs:
+        assert out.dtype == torch.float32 and torch.equal(out, expected_out)
+        for mine, want in zip(grads_, expected, strict=True):
+            assert mine.dtype == want.dtype and torch.equal(mine, want)
     # As accurate as the float32 computation on the same 16-bit value.
     wide = [t.float() if t.is_floating_point() else t for t in args]
     wide_out, wide_grads = forward_backward("fast", wide, grad_output)

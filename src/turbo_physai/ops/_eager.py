@@ -21,11 +21,12 @@ def dispatcher_needed() -> bool:
     tracing (first: dynamo folds it to a constant and reads nothing else), ``torch.jit.trace``
     and ONNX export, an active ``TorchDispatchMode`` (FakeTensorMode, make_fx's proxy mode, user
     modes), an active ``TorchFunctionMode`` (make_fx pre-dispatch, ``with torch.device(...)``),
-    a ``torch.func`` transform (vmap, grad...) or autocast (the op's autocast kernel casts).
-    Tensor subclasses are the caller's to rule out (``type(t) is torch.Tensor``)."""
+    or a ``torch.func`` transform (vmap, grad...). Tensor subclasses are the caller's to rule out
+    (``type(t) is torch.Tensor``), and so is autocast (``_C._is_any_autocast_enabled()``): an op
+    with an autocast kernel casts its inputs the same way before taking the fast path."""
     return (torch.compiler.is_compiling() or _C._is_tracing()
             or _C._len_torch_dispatch_stack() > 0 or _C._is_torch_function_mode_enabled()
-            or _C._are_functorch_transforms_active() or _C._is_any_autocast_enabled())
+            or _C._are_functorch_transforms_active())
 
 
 def profiled(name: str, fn, *args):

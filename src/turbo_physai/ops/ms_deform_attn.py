@@ -15,7 +15,8 @@ only through torch (CUDA-graph capture safe).
 
 Two ways in: :func:`ms_deform_attn` calls the custom op only where something needs the dispatcher
 (see :func:`turbo_physai.ops._eager.dispatcher_needed`; also tensor subclasses and tensors on
-other devices than CPU/CUDA). In plain eager execution it takes a fast path instead: the kernel
+other devices than CPU/CUDA). In plain eager execution, autocast included (it casts the inputs
+as the op's autocast kernel would, ``_promoted``), it takes a fast path instead: the kernel
 functions of ``_msda_kernels`` (the very ones registered on the ops) are called directly, through a
 ``torch.autograd.Function`` when a gradient is needed (not twice differentiable, like the op), and
 the binding checks the inputs with the Python checks' messages. Both ways give the same bits; the
@@ -194,17 +195,24 @@ def _autocast_forward(value, spatial_shapes, level_start_index, sampling_locatio
     as on a float32 copy of it, without the copy), the rest is float32. Narrowing the locations
     instead would misplace points by up to a third of a pixel on a 167-pixel map."""
     with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST):
-        floats = [t.dtype for t in (value, sampling_locations, attention_weights)
-                  if t.is_floating_point()]
-        dtype = functools.reduce(torch.promote_types, floats) if floats else None
+        value, sampling_locations, attention_weights = _promoted(value, sampling_locations,
+                                                                 attention_weights)
+        return _forward_overload(value, spatial_shapes, level_start_index, sampling_locations,
+                                 attention_weights)
 
-        def cast(t):
-            return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
 
-        mixed = dtype is _FLOAT32 and value.dtype in _HALVES
-        return _forward_overload(value if mixed else cast(value), spatial_shapes,
-                                 level_start_index, cast(sampling_locations),
-                                 cast(attention_weights))
+def _promoted(value, sampling_locations, attention_weights):
+    """The inputs as autocast hands them to the op (``_autocast_forward``); the eager fast path
+    casts the same way under autocast."""
+    floats = [t.dtype for t in (value, sampling_locations, attention_weights)
+              if t.is_floating_point()]
+    dtype = functools.reduce(torch.promote_types, floats) if floats else None
+
+    def cast(t):
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    mixed = dtype is _FLOAT32 and value.dtype in _HALVES
+    return (value if mixed else cast(value)), cast(sampling_locations), cast(attention_weights)
 
 
 for _key in ("AutocastCPU", "AutocastCUDA"):
@@ -261,6 +269,13 @@ def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
     if not dispatcher_needed() and type(value) is _Tensor and type(spatial_shapes) is _Tensor \
             and type(level_start_index) is _Tensor and type(sampling_locations) is _Tensor \
             and type(attention_weights) is _Tensor and (value.is_cpu or value.is_cuda):
+        if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(value.device.type):
+            # What the op's autocast kernel would do (usually nothing: a 16-bit value with
+            # float32 locations and weights is taken as it is).
+            value, sampling_locations, attention_weights = _promoted(
+                value, sampling_locations, attention_weights)
+            args = (value, spatial_shapes, level_start_index, sampling_locations,
+                    attention_weights)
         try:
             return profiled(_OP, _fast, *args)
         except BufferError:
