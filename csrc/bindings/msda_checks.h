@@ -40,7 +40,8 @@ struct Shapes {
 };
 
 /// Ranks, dtypes (value's accepted by `target`; locations and weights as value, or float32 with a
-/// 16-bit value; int64 level metadata), devices (value's of `target`, the others on value's) and shapes of the five inputs.
+/// 16-bit value; int64 level metadata), devices (value's of `target`, the others on value's) and
+/// shapes of the five inputs.
 Shapes check_inputs(const Input &value, const Input &shapes, const Input &starts,
                     const Input &loc, const Input &attn, Target target);
 

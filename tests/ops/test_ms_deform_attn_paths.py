@@ -191,6 +191,20 @@ def test_vmap_is_one_call_for_the_whole_batch(in_dims, monkeypatch):
     assert torch.equal(out, looped)
 
 
+def test_vmap_of_mixed_precision_inputs_keeps_their_dtypes():
+    value, shapes, starts, loc, attn = make(dtype=torch.float32)
+    low = value.bfloat16()
+
+    def one(v, lo, a):
+        return ms_deform_attn(v, shapes, starts, lo, a)
+
+    batched = [t.expand(3, *t.shape) for t in (low, loc, attn)]
+    out = torch.func.vmap(one)(*batched)
+    assert out.dtype == torch.float32 and torch.equal(out[1], one(low, loc, attn))
+    empty = torch.func.vmap(one)(*(t[:0] for t in batched))
+    assert empty.dtype == torch.float32 and empty.shape == (0, *out.shape[1:])
+
+
 def test_vmap_of_level_metadata_runs_each_entry_and_empty_and_nested_vmaps_work():
     value, shapes, starts, loc, attn = make()
 

@@ -147,7 +147,7 @@ def _empty_vmapped(info, in_dims, value, spatial_shapes, level_start_index, samp
     n, _, m, d = value.shape if v_dim is None else value.movedim(v_dim, 0).shape[1:]
     lq = (sampling_locations.shape if loc_dim is None
           else sampling_locations.movedim(loc_dim, 0).shape[1:])[1]
-    return value.new_empty((0, n, lq, m * d))
+    return sampling_locations.new_empty((0, n, lq, m * d))  # the output has the points' dtype
 
 
 @_backward_op.register_fake
