@@ -25,6 +25,7 @@ launch gaps included); milliseconds per call. Prints a table, writes JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -143,34 +144,29 @@ def calls(device: str) -> dict[str, object]:
         backward(*map(to_dlpack, (value, shapes, starts, loc, weights, out4, *grads)),
                  *no_scratch, *tail)
 
-    def through(fn):
-        def forward_only():
-            with torch.no_grad():
-                fn(value, shapes, starts, loc, weights)
+    # (e), (f): a bfloat16 value with the float32 locations and weights, under autocast
+    low = [leaves[0].detach().bfloat16().requires_grad_(), leaves[1], leaves[2]]
 
-        def forward_backward():
-            out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
-            torch.autograd.grad(out, leaves, grad)
-
-        return forward_only, forward_backward
-
-    def under_autocast(fn):
-        low = [leaves[0].detach().bfloat16().requires_grad_(), leaves[1], leaves[2]]
+    def through(fn, inputs=leaves, autocast=False):
+        def context():
+            if autocast:
+                return torch.autocast(device, dtype=torch.bfloat16)
+            return contextlib.nullcontext()
 
         def forward_only():
-            with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
-                fn(low[0], shapes, starts, loc, weights)
+            with torch.no_grad(), context():
+                fn(inputs[0], shapes, starts, inputs[1], inputs[2])
 
         def forward_backward():
-            with torch.autocast(device, dtype=torch.bfloat16):
-                out = fn(low[0], shapes, starts, low[1], low[2])
-            torch.autograd.grad(out, low, grad)
+            with context():
+                out = fn(inputs[0], shapes, starts, inputs[1], inputs[2])
+            torch.autograd.grad(out, inputs, grad)
 
         return forward_only, forward_backward
 
     public, op = through(ms_deform_attn), through(torch.ops.turbo_physai.ms_deform_attn)
-    public_amp = under_autocast(ms_deform_attn)
-    op_amp = under_autocast(torch.ops.turbo_physai.ms_deform_attn)
+    public_amp = through(ms_deform_attn, low, autocast=True)
+    op_amp = through(torch.ops.turbo_physai.ms_deform_attn, low, autocast=True)
     return {
         "forward: (a) public function": public[0],
         "forward: (b) custom op": op[0],

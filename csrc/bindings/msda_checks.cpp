@@ -91,14 +91,12 @@ void expect_value_dtype_and_device(const Input &value, Target target) {
 // Locations and weights share a dtype: value's, or float32 with a 16-bit value (mixed precision).
 void expect_point_dtypes(const Input &value, const Input &loc, const Input &attn) {
     const nb::dlpack::dtype dt = value.dtype();
-    const bool mixed = (dt == kHalf || dt == kBfloat16) && loc.dtype() == nb::dtype<float>();
-    if (!mixed && loc.dtype() != dt)
+    const bool half = dt == kHalf || dt == kBfloat16;
+    if (loc.dtype() != dt && !(half && loc.dtype() == nb::dtype<float>()))
         throw nb::type_error((std::string("sampling_locations: expected dtype ") +
                               dtype_name(dt) + " (the dtype of value)" +
-                              (dt == kHalf || dt == kBfloat16
-                                   ? " or torch.float32 (mixed precision)"
-                                   : "") +
-                              ", got " + dtype_name(loc.dtype()))
+                              (half ? " or torch.float32 (mixed precision)" : "") + ", got " +
+                              dtype_name(loc.dtype()))
                                  .c_str());
     expect_dtype(attn, "attention_weights", loc.dtype(), "the dtype of sampling_locations");
 }

@@ -320,8 +320,8 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
                     float3 d = make_float3(0.f, 0.f, 0.f);
                     if (mine && points_of[at].row[0] >= 0)
                         d = point_gradients<V, P, VEC, kMode>(a, points_of[at], grads_of[at],
-                                                           column, row_elements, grad_row, g0,
-                                                           ln.r, sums);
+                                                              column, row_elements, grad_row,
+                                                              g0, ln.r, sums);
                     // Sum the group's lanes (a fixed butterfly: deterministic); lane 0 posts.
                     for (int offset = lay.lanes_per_row >> 1; offset > 0; offset >>= 1) {
                         d.x += __shfl_xor_sync(kFullMask, d.x, offset);

@@ -168,8 +168,9 @@ __device__ void sum_slice(const SliceSumsArgs<G, V> &a, const Slice &sl, const u
 /// memory (entry order within a row, the corners outside the map last) and sums the runs of its
 /// part `part` of `parts` into their grad_value rows (sum_slice; kAccumulate: onto them).
 template <typename Shape, typename G, typename V, int VEC, bool kAccumulate>
-__device__ void sort_and_sum(const SliceSumsArgs<G, V> &a, unsigned char *smem, const Level *levels,
-                             bool by_level, unsigned level, unsigned part, unsigned parts) {
+__device__ void sort_and_sum(const SliceSumsArgs<G, V> &a, unsigned char *smem,
+                             const Level *levels, bool by_level, unsigned level, unsigned part,
+                             unsigned parts) {
     constexpr int kItems = Shape::kItems;
     auto &temp = *reinterpret_cast<typename Shape::Sort::TempStorage *>(smem);
     auto *sorted = reinterpret_cast<unsigned *>(smem);  // the sort's storage, once it is done
@@ -227,8 +228,8 @@ __device__ void sort_and_sum(const SliceSumsArgs<G, V> &a, unsigned char *smem, 
         return lo;
     };
     sum_slice<G, V, VEC, kAccumulate>(a, sl, sorted, coefs, pieces,
-                                   run_start(part * sl.count / parts),
-                                   run_start((part + 1) * sl.count / parts));
+                                      run_start(part * sl.count / parts),
+                                      run_start((part + 1) * sl.count / parts));
 }
 
 /// Levels that share rows (the host does not read the level metadata, so only the device can
@@ -272,8 +273,8 @@ __global__ void __launch_bounds__(Shape::kThreads, Shape::kBlocksPerSM)
             sum_levels_in_turn<Shape, G, V, VEC>(a, smem, levels);
         return;
     }
-    sort_and_sum<Shape, G, V, VEC, false>(a, smem, levels, kSlices == Slices::levels, blockIdx.y,
-                                       blockIdx.z, gridDim.z);
+    sort_and_sum<Shape, G, V, VEC, false>(a, smem, levels, kSlices == Slices::levels,
+                                          blockIdx.y, blockIdx.z, gridDim.z);
 }
 
 /// Lets `kKernel` take `bytes` of dynamic shared memory. The attribute holds for every later
@@ -310,16 +311,17 @@ cudaError_t launch_slices(const Problem &p, const SortedScratch &s, const Layout
     if (const cudaError_t err = allow_shared_memory<kernel>(bytes))
         return err;
     const SliceSumsArgs<G, V> a{shape_of(p),
-                             layout,
-                             s.keys,
-                             s.coef,
-                             grad_out,
-                             grad_value,
-                             static_cast<unsigned>(4 * p.levels * p.points),
-                             span,
-                             static_cast<unsigned>(((std::uint64_t{1} << 32) + span - 1) / span),
-                             static_cast<unsigned>(s.keys_count),
-                             bits_for(p.queries * span)};
+                                layout,
+                                s.keys,
+                                s.coef,
+                                grad_out,
+                                grad_value,
+                                static_cast<unsigned>(4 * p.levels * p.points),
+                                span,
+                                static_cast<unsigned>(((std::uint64_t{1} << 32) + span - 1) /
+                                                      span),
+                                static_cast<unsigned>(s.keys_count),
+                                bits_for(p.queries * span)};
     // Parts per slice: as many as give each idle SM one block, at most kMaxParts. Each part
     // sorts the whole slice again, so two blocks of one slice on an SM are slower than one: DETR
     // decoder (64 slices), H200, this launch's GPU time: one part 29.1 us, two 21.1, three 29.4,
@@ -340,10 +342,10 @@ cudaError_t sum_slices(const Problem &p, const SortedScratch &s, const Layout &l
     const auto per_level = static_cast<unsigned>(4 * p.points);
     const auto per_head = static_cast<unsigned>(4 * p.levels * p.points);
     if (s.block_sorted == BlockSorted::heads)
-        return launch_slices<HeadSort, Slices::heads, G, V, VEC>(p, s, layout, grad_out, grad_value,
-                                                              per_head, stream);
-    return launch_slices<LevelSort, Slices::levels, G, V, VEC>(p, s, layout, grad_out, grad_value,
-                                                            per_level, stream);
+        return launch_slices<HeadSort, Slices::heads, G, V, VEC>(p, s, layout, grad_out,
+                                                                 grad_value, per_head, stream);
+    return launch_slices<LevelSort, Slices::levels, G, V, VEC>(p, s, layout, grad_out,
+                                                               grad_value, per_level, stream);
 }
 
 }  // namespace

@@ -401,11 +401,11 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const G *grad_o
     if (const cudaError_t err = cub::DeviceRadixSort::SortPairs(
             s.temp, temp_bytes, keys, ids, static_cast<int>(s.entries), 0, s.key_bits, stream))
         return err;
-    const GatherArgs<G, V> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value, s.pieces,
-                          s.run_starts, s.run_of, s.partials, s.entries, s.keys_count,
-                          p.channels, s.segments, s.segment, s.capacity,
-                          static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)), layout,
-                          shape_of(p)};
+    const GatherArgs<G, V> a{keys.Current(), ids.Current(), s.coef, grad_out, grad_value,
+                             s.pieces, s.run_starts, s.run_of, s.partials, s.entries,
+                             s.keys_count, p.channels, s.segments, s.segment, s.capacity,
+                             static_cast<unsigned>(p.levels * p.points * (anchors ? 1 : 4)),
+                             layout, shape_of(p)};
     const int blocks = blocks_for(((s.segments << layout.log2_lanes) + 31) / 32);
     if (anchors) {
         static_assert(kNoRun == -1, "run_of starts as all 0xff bytes");
@@ -427,7 +427,8 @@ cudaError_t sum_sorted(const Problem &p, const SortedScratch &s, const G *grad_o
             gather_kernel<G, V, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
             fixup_kernel<G, V, VEC, kAnchorSlots><<<blocks, kThreads, 0, stream>>>(a);
             const int row_blocks = blocks_for(((rows << layout.log2_lanes) + 31) / 32);
-            combine_kernel<G, V, VEC><<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
+            combine_kernel<G, V, VEC>
+                <<<row_blocks, kThreads, sizeof(Level) * p.levels, stream>>>(a);
         } else {
             gather_kernel<G, V, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
             fixup_kernel<G, V, VEC, 1><<<blocks, kThreads, 0, stream>>>(a);
