@@ -68,7 +68,7 @@ inline Shape shape_of(const Problem &p) {
 /// f(V{}, P{}) for `p`'s value and point element types (supported_dtypes(p)).
 template <typename F>
 inline auto with_types(const Problem &p, F &&f) {
-    const bool mixed = p.point_dtype != p.dtype;
+    const bool mixed = point_dtype_of(p) != p.dtype;
     switch (p.dtype) {
     case Dtype::float16: return mixed ? f(__half{}, 0.0f) : f(__half{}, __half{});
     case Dtype::bfloat16:

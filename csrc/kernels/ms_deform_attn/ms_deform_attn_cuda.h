@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace turbo_physai::kernels::msda::cuda {
 
@@ -23,14 +24,19 @@ struct Problem {
     const std::int64_t *spatial_shapes;     ///< device, (L,2) dense
     const std::int64_t *level_start_index;  ///< device, (L,) dense
     Dtype dtype;  ///< of value and grad_value
-    /// Of the locations, weights, output and their gradients: `dtype`, or float32 with a 16-bit
-    /// value (mixed precision: what autocast gives, a 16-bit projection with float32 locations).
-    Dtype point_dtype = Dtype::float32;
+    /// Of the locations, weights, output and their gradients: `dtype` when unset (a caller that
+    /// names only value's dtype gets it for every array), or float32 with a 16-bit value (mixed
+    /// precision: what autocast gives, a 16-bit projection with float32 locations).
+    std::optional<Dtype> point_dtype = std::nullopt;
 };
+
+/// The dtype of `p`'s locations, weights, output and their gradients.
+inline Dtype point_dtype_of(const Problem &p) { return p.point_dtype.value_or(p.dtype); }
 
 /// Whether the kernels take `p`'s pair of dtypes.
 inline bool supported_dtypes(const Problem &p) {
-    return p.point_dtype == p.dtype || p.point_dtype == Dtype::float32;
+    const Dtype points = point_dtype_of(p);
+    return points == p.dtype || points == Dtype::float32;
 }
 
 /// The kernels keep corner rows (< value_len) in ints and a value row's stride in bytes (M*D
