@@ -53,16 +53,11 @@ def deterministic(accumulation="auto"):
 
 
 def picked_scheme(args):
-    """The scheme the kernels pick: the one whose workspace is the size of auto's."""
+    """The scheme the kernels pick for these inputs ("auto")."""
     value, _, _, loc, _ = args
-    n, s, m, d = value.shape
+    n, s, m, _ = value.shape
     _, lq, _, levels, points, _ = loc.shape
-
-    def nbytes(scheme):
-        return _core.ms_deform_attn_sorted_workspace_bytes(n, s, m, d, lq, levels, points,
-                                                          value.get_device(), scheme)
-
-    return next(scheme for scheme in SCHEMES if nbytes(scheme) == nbytes("auto"))
+    return _core.ms_deform_attn_sorted_scheme(n, s, m, lq, levels, points)
 
 
 def bench(name, locations, dtype, reps):

@@ -257,16 +257,36 @@ void backward_cuda(const Input &value, const Input &shapes, const Input &starts,
              "ms_deform_attn_backward_cuda");
 }
 
+/// A problem of these sizes, for the sorted path's host-side rules; `caller` names the query in
+/// the error for a negative size.
+cu::Problem sizes_only(const char *caller, std::int64_t batch, std::int64_t value_len,
+                       std::int64_t heads, std::int64_t channels, std::int64_t queries,
+                       std::int64_t levels, std::int64_t points) {
+    for (const std::int64_t size : {batch, value_len, heads, channels, queries, levels, points})
+        if (size < 0)
+            throw nb::value_error((std::string(caller) + ": sizes must be >= 0").c_str());
+    return {batch, value_len, heads, channels, queries, levels, points, nullptr, nullptr,
+            cu::Dtype::float32};
+}
+
 /// Whether the sorted backward with `scheme` sorts these sizes' entries by blocks.
 bool sorted_by_blocks(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
                       std::int64_t queries, std::int64_t levels, std::int64_t points,
                       std::string_view scheme) {
-    for (const std::int64_t size : {batch, value_len, heads, queries, levels, points})
-        if (size < 0)
-            throw nb::value_error("ms_deform_attn_sorted_by_blocks: sizes must be >= 0");
-    const cu::Problem p{batch, value_len, heads, 0, queries, levels, points,
-                        nullptr, nullptr, cu::Dtype::float32};
+    const cu::Problem p = sizes_only("ms_deform_attn_sorted_by_blocks", batch, value_len, heads,
+                                     0, queries, levels, points);
     return cu::sorted_by_blocks(p, scheme_named(scheme));
+}
+
+/// The scheme the sorted backward takes for these sizes when asked for `scheme` ("auto": by
+/// density), as "corners" or "anchors".
+const char *sorted_scheme(std::int64_t batch, std::int64_t value_len, std::int64_t heads,
+                          std::int64_t queries, std::int64_t levels, std::int64_t points,
+                          std::string_view scheme) {
+    const cu::Problem p = sizes_only("ms_deform_attn_sorted_scheme", batch, value_len, heads, 0,
+                                     queries, levels, points);
+    return cu::sorted_scheme(p, scheme_named(scheme)) == cu::SortedScheme::corners ? "corners"
+                                                                                   : "anchors";
 }
 
 /// The sorted accumulation's workspace bytes for these sizes; 0 when it does not apply (entries or
@@ -275,11 +295,8 @@ std::size_t sorted_workspace_bytes(std::int64_t batch, std::int64_t value_len, s
                                    std::int64_t channels, std::int64_t queries,
                                    std::int64_t levels, std::int64_t points, int device,
                                    std::string_view scheme) {
-    for (const std::int64_t size : {batch, value_len, heads, channels, queries, levels, points})
-        if (size < 0)
-            throw nb::value_error("ms_deform_attn_sorted_workspace_bytes: sizes must be >= 0");
-    const cu::Problem p{batch, value_len, heads, channels, queries, levels, points,
-                        nullptr, nullptr, cu::Dtype::float32};
+    const cu::Problem p = sizes_only("ms_deform_attn_sorted_workspace_bytes", batch, value_len,
+                                     heads, channels, queries, levels, points);
     const CudaDeviceGuard on_device(device);
     return cu::sorted_scratch_bytes(p, scheme_named(scheme));
 }
@@ -333,6 +350,12 @@ void bind_ms_deform_attn(nb::module_ &m) {
           "Whether the sorted backward with `scheme` sorts the entries of these sizes (N, S, M, "
           "Lq, L, P) in shared-memory blocks, a head or (head, level) each, rather than with a "
           "device-wide sort: the corners scheme with a head's Lq*L*P*4 entries fitting a block.");
+    m.def("ms_deform_attn_sorted_scheme", &sorted_scheme, nb::arg("batch"), nb::arg("value_len"),
+          nb::arg("heads"), nb::arg("queries"), nb::arg("levels"), nb::arg("points"),
+          nb::arg("scheme") = "auto",
+          "The scheme ('corners' or 'anchors') the sorted backward takes for these sizes (N, S, "
+          "M, Lq, L, P) when asked for `scheme`; 'auto': corners with fewer sampling points "
+          "than grad_value rows, else anchors.");
 #endif
 }
 

@@ -134,3 +134,17 @@ def test_other_allocation_errors_are_not_taken_for_a_full_memory(inputs, monkeyp
     monkeypatch.setattr(torch, "UntypedStorage", broken)
     with pytest.raises(RuntimeError, match="not an out-of-memory error"):
         _msda_kernels._deterministic_scratch(*inputs)
+
+
+@pytest.mark.skipif(not hasattr(_core, "ms_deform_attn_sorted_scheme"),
+                    reason="needs a CUDA build (no GPU: a host-side rule)")
+def test_the_sorted_scheme_the_kernels_take():
+    def scheme(queries, asked="auto"):  # N = 1, S = 100, M = 2, L = 1, P = 4: 8 points a query
+        return _core.ms_deform_attn_sorted_scheme(1, 100, 2, queries, 1, 4, asked)
+
+    assert scheme(24) == "corners" and scheme(25) == "anchors"  # fewer points than 200 rows
+    assert scheme(1000, "corners") == "corners" and scheme(1, "anchors") == "anchors"
+    with pytest.raises(ValueError, match="ms_deform_attn_sorted_scheme: sizes must be >= 0"):
+        scheme(-1)
+    with pytest.raises(ValueError, match="scheme: expected 'auto', 'corners' or 'anchors'"):
+        scheme(5, "diagonal")
