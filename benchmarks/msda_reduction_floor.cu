@@ -3,17 +3,18 @@
 // default CUDA backward, which also loads value and grad_output and computes the other gradients)
 // and the forward's corner loads (its floor: the kernel also reads and prepares the points).
 //
-//   nvcc -arch=sm_90a -O3 benchmarks/msda_reduction_floor.cu -o /tmp/msda_reduction_floor
-//   /tmp/msda_reduction_floor [reps]
+//   nvcc -arch=sm_90a -O3 benchmarks/msda_reduction_floor.cu -o /tmp/floor
+//   /tmp/floor [reps]
 //   ncu --metrics lts__t_sectors_op_red.sum,lts__t_sectors_srcunit_tex_op_red.sum,\
-//     smsp__inst_executed_op_global_red.sum /tmp/msda_reduction_floor 1
+//     smsp__inst_executed_op_global_red.sum /tmp/floor 1
 //
 // Each shape's sampling points get msda_cuda.py's two kinds of locations, uniform and "local"
 // (corner_rows), in the order the kernels take them (head by head, queries, then L*P points),
-// precomputed as row indices. Reductions: a group of 8 lanes adds a float4 to each of a point's 4 corner rows of
-// D = 32 floats in a grad_value of (N, S, M, D), as the backward does, and nothing else. Loads: a
-// group of 8 lanes sums a query's L*P points' corner rows (float4 loads, fixed weights) and
-// writes its output row once, as the forward does. Prints the median time over `reps`.
+// precomputed as row indices. Reductions: a group of 8 lanes adds a float4 to each of a point's
+// 4 corner rows of D = 32 floats in a grad_value of (N, S, M, D), as the backward does, and
+// nothing else. Loads: a group of 8 lanes sums a query's L*P points' corner rows (float4 loads,
+// fixed weights) and writes its output row once, as the forward does. Prints the median time
+// over `reps`.
 #include <cuda_runtime.h>
 
 #include <algorithm>
