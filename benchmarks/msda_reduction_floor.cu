@@ -18,73 +18,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <vector>
+
+#include "msda_bench.cuh"
 
 namespace {
 
-constexpr int kHeads = 8, kChannels = 32;
-
-struct Shape {
-    const char *name;
-    int batch, queries, points;
-    std::vector<std::pair<int, int>> levels;  // (H, W)
-};
-
-/// The 4 corner rows (in units of D floats) of every point, in the kernels' order. Top-left
-/// corners uniform over each level, or (`local`) at the query's reference point plus a normal
-/// offset of 2 pixels, as msda_cuda.py draws them: the reference is the query's own pixel centre
-/// when the queries are the pixels (an encoder), else uniform and shared by the batch.
-std::vector<int> corner_rows(const Shape &s, bool local, long &rows) {
-    std::vector<int> start;
-    int len = 0;
-    for (const auto &[h, w] : s.levels) {
-        start.push_back(len);
-        len += h * w;
-    }
-    rows = static_cast<long>(s.batch) * len * kHeads;
-    std::mt19937 gen(0);
-    std::uniform_real_distribution<float> unit(0.f, 1.f);
-    std::normal_distribution<float> offset(0.f, 2.f);
-    std::vector<std::pair<float, float>> refs(s.queries);
-    for (int q = 0; q < s.queries; ++q) {
-        if (s.queries != len) {
-            refs[q] = {unit(gen), unit(gen)};
-            continue;
-        }
-        size_t l = 0;
-        while (l + 1 < start.size() && q >= start[l + 1])
-            ++l;
-        const auto [h, w] = s.levels[l];
-        const int i = q - start[l];
-        refs[q] = {(i % w + 0.5f) / w, (i / w + 0.5f) / h};
-    }
-    std::vector<int> out;
-    out.reserve(static_cast<size_t>(s.batch) * kHeads * s.queries * s.levels.size() * s.points * 4);
-    for (int n = 0; n < s.batch; ++n)
-        for (int m = 0; m < kHeads; ++m)
-            for (int q = 0; q < s.queries; ++q)
-                for (size_t l = 0; l < s.levels.size(); ++l)
-                    for (int p = 0; p < s.points; ++p) {
-                        const auto [h, w] = s.levels[l];
-                        int x = std::uniform_int_distribution<int>(0, w - 2)(gen);
-                        int y = std::uniform_int_distribution<int>(0, h - 2)(gen);
-                        if (local) {
-                            const float px = refs[q].first * w - 0.5f + offset(gen);
-                            const float py = refs[q].second * h - 0.5f + offset(gen);
-                            x = std::clamp(static_cast<int>(std::floor(px)), 0, w - 2);
-                            y = std::clamp(static_cast<int>(std::floor(py)), 0, h - 2);
-                        }
-                        for (int k = 0; k < 4; ++k) {
-                            const int row = start[l] + (y + k / 2) * w + x + k % 2;
-                            out.push_back((n * len + row) * kHeads + m);
-                        }
-                    }
-    return out;
-}
+using namespace msda_bench;
 
 __global__ void corner_reductions(float *grad, const int *rows, long points) {
     const long t = blockIdx.x * static_cast<long>(blockDim.x) + threadIdx.x;
@@ -116,13 +58,6 @@ __global__ void corner_loads(const float *value, const int *rows, long queries, 
     reinterpret_cast<float4 *>(out + query * kChannels)[t & 7] = acc;
 }
 
-void check(cudaError_t err) {
-    if (err != cudaSuccess) {
-        std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
-        std::exit(1);
-    }
-}
-
 /// One table row: both kernels on `s`'s corner rows, medians over `reps` launches.
 void measure(const Shape &s, bool local, int reps) {
     long rows = 0;
@@ -138,51 +73,34 @@ void measure(const Shape &s, bool local, int reps) {
     check(cudaMemcpy(d_corners, corners.data(), corners.size() * sizeof(int),
                      cudaMemcpyHostToDevice));
     check(cudaMemset(grad, 0, rows * kChannels * sizeof(float)));
-    cudaEvent_t begin, end;
-    check(cudaEventCreate(&begin));
-    check(cudaEventCreate(&end));
-    float median[2];
-    for (int kind = 0; kind < 2; ++kind) {
-        std::vector<float> ms(reps);
-        for (float &t : ms) {
-            check(cudaEventRecord(begin));
-            if (kind == 0)
-                corner_reductions<<<(points * 8 + 255) / 256, 256>>>(grad, d_corners, points);
-            else  // grad_value (written by the reductions) stands in for value
-                corner_loads<<<(queries * 8 + 255) / 256, 256>>>(grad, d_corners, queries,
-                                                                per_query, out);
-            check(cudaGetLastError());
-            check(cudaEventRecord(end));
-            check(cudaEventSynchronize(end));
-            check(cudaEventElapsedTime(&t, begin, end));
-        }
-        std::sort(ms.begin(), ms.end());
-        median[kind] = ms[ms.size() / 2];
-    }
+    const float median[2] = {
+        median_ms(reps,
+                  [&] {
+                      corner_reductions<<<(points * 8 + 255) / 256, 256>>>(grad, d_corners,
+                                                                           points);
+                  }),
+        // grad_value (written by the reductions) stands in for value
+        median_ms(reps, [&] {
+            corner_loads<<<(queries * 8 + 255) / 256, 256>>>(grad, d_corners, queries, per_query,
+                                                            out);
+        })};
     std::printf("| %s | %s | %ld | %.0f | %.4f | %.1f | %.4f | %.1f |\n", s.name,
                 local ? "local" : "uniform", points * 4, rows * kChannels * 4 / 1e6, median[0],
                 points * 4 / median[0] / 1e6, median[1], points * 4 / median[1] / 1e6);
     check(cudaFree(grad));
     check(cudaFree(out));
     check(cudaFree(d_corners));
-    check(cudaEventDestroy(begin));
-    check(cudaEventDestroy(end));
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-    const std::vector<std::pair<int, int>> detr = {{100, 167}, {50, 84}, {25, 42}, {13, 21}};
-    const Shape shapes[] = {{"deformable_detr_encoder", 2, 22223, 4, detr},
-                            {"deformable_detr_decoder", 2, 300, 4, detr},
-                            {"rt_detr_decoder", 32, 300, 4, {{80, 80}, {40, 40}, {20, 20}}},
-                            {"bev", 1, 40000, 8, {{200, 200}}}};
     std::printf("| shape | locations | corner rows | value MB | reductions only, ms "
                 "| M rows per ms | loads only, ms | M rows per ms |\n"
                 "|---|---|---|---|---|---|---|---|\n");
     for (const bool local : {false, true})
-        for (const Shape &s : shapes)
+        for (const Shape &s : issue6_shapes())
             measure(s, local, reps);
     return 0;
 }

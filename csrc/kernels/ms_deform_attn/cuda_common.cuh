@@ -90,8 +90,9 @@ __device__ inline void load_levels(const Shape &s, Level *table) {
     }
 }
 
+/// Host and device (the standalone benchmarks round their inputs with these too).
 template <typename T>
-__device__ inline float to_float(T v) {
+__host__ __device__ inline float to_float(T v) {
     if constexpr (std::is_same_v<T, __half>)
         return __half2float(v);
     else if constexpr (std::is_same_v<T, __nv_bfloat16>)
@@ -101,7 +102,7 @@ __device__ inline float to_float(T v) {
 }
 
 template <typename T>
-__device__ inline T from_float(float v) {
+__host__ __device__ inline T from_float(float v) {
     if constexpr (std::is_same_v<T, __half>)
         return __float2half_rn(v);
     else if constexpr (std::is_same_v<T, __nv_bfloat16>)
