@@ -28,17 +28,23 @@ struct Shape {
 /// corners uniform over each level, or (`local`) at the query's reference point plus a normal
 /// offset of 2 pixels, as msda_cuda.py draws them: the reference is the query's own pixel centre
 /// when the queries are the pixels (an encoder), else uniform and shared by the batch.
-inline std::vector<int> corner_rows(const Shape &s, bool local, long &rows) {
+/// The first row of each level in value's S rows.
+inline std::vector<int> level_starts(const Shape &s) {
     std::vector<int> start;
     int len = 0;
     for (const auto &[h, w] : s.levels) {
         start.push_back(len);
         len += h * w;
     }
-    rows = static_cast<long>(s.batch) * len * kHeads;
-    std::mt19937 gen(0);
+    return start;
+}
+
+/// Each query's reference point (x, y) in [0, 1]: its own pixel centre when the queries are the
+/// pixels of every level (an encoder; len: S), else drawn uniformly from `gen`.
+inline std::vector<std::pair<float, float>> reference_points(const Shape &s, int len,
+                                                             std::mt19937 &gen) {
+    const std::vector<int> start = level_starts(s);
     std::uniform_real_distribution<float> unit(0.f, 1.f);
-    std::normal_distribution<float> offset(0.f, 2.f);
     std::vector<std::pair<float, float>> refs(s.queries);
     for (int q = 0; q < s.queries; ++q) {
         if (s.queries != len) {
@@ -52,6 +58,16 @@ inline std::vector<int> corner_rows(const Shape &s, bool local, long &rows) {
         const int i = q - start[l];
         refs[q] = {(i % w + 0.5f) / w, (i / w + 0.5f) / h};
     }
+    return refs;
+}
+
+inline std::vector<int> corner_rows(const Shape &s, bool local, long &rows) {
+    const std::vector<int> start = level_starts(s);
+    const int len = start.back() + s.levels.back().first * s.levels.back().second;
+    rows = static_cast<long>(s.batch) * len * kHeads;
+    std::mt19937 gen(0);
+    std::normal_distribution<float> offset(0.f, 2.f);
+    const std::vector<std::pair<float, float>> refs = reference_points(s, len, gen);
     std::vector<int> out;
     out.reserve(static_cast<size_t>(s.batch) * kHeads * s.queries * s.levels.size() * s.points * 4);
     for (int n = 0; n < s.batch; ++n)

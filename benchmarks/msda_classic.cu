@@ -217,20 +217,18 @@ double reference_error(const Shape &s, const std::vector<float> &value,
 
 void measure(const Shape &s, bool local, int reps) {
     const int L = static_cast<int>(s.levels.size()), P = s.points;
+    const std::vector<int> starts = level_starts(s);
+    const int len = starts.back() + s.levels.back().first * s.levels.back().second;
     std::vector<std::int64_t> shapes;
-    std::vector<int> starts;
-    int len = 0;
-    for (const auto &[h, w] : s.levels) {
+    for (const auto &[h, w] : s.levels)
         shapes.push_back(h), shapes.push_back(w);
-        starts.push_back(len);
-        len += h * w;
-    }
     const std::vector<std::int64_t> starts64(starts.begin(), starts.end());
     const long rows = static_cast<long>(s.batch) * len * kHeads;
     const long points = static_cast<long>(s.batch) * s.queries * kHeads * L * P;
     const long outputs = static_cast<long>(s.batch) * s.queries * kHeads * kChannels;
-    // Inputs as msda_cuda.py draws them: value N(0, 1), weights positive summing to 1 per (n, q,
-    // m), locations uniform or (local) the query's reference point plus N(0, 2) pixels per level.
+    // Inputs in the manner of msda_cuda.py: value and grad_output N(0, 1), weights a softmax
+    // over each (n, q, m)'s points, locations uniform or (local) the query's reference point plus
+    // N(0, 2) pixels on each level.
     std::mt19937 gen(0);
     std::normal_distribution<float> normal(0.f, 1.f);
     std::uniform_real_distribution<float> unit(0.f, 1.f);
@@ -247,25 +245,14 @@ void measure(const Shape &s, bool local, int reps) {
         for (int j = 0; j < L * P; ++j)
             attn[k + j] /= sum;
     }
+    const std::vector<std::pair<float, float>> refs = reference_points(s, len, gen);
     for (long k = 0; k < points; ++k) {
-        const long q = k / (L * P) / kHeads % s.queries;
-        const int l = static_cast<int>(k / P % L);
-        const auto [H, W] = s.levels[l];
         if (!local) {
             loc[2 * k] = unit(gen), loc[2 * k + 1] = unit(gen);
             continue;
         }
-        float rx = 0, ry = 0;  // reference: the query's pixel centre (encoder) or a fixed draw
-        if (s.queries == len) {
-            int lq = 0;
-            while (lq + 1 < L && q >= starts[lq + 1])
-                ++lq;
-            const auto [hq, wq] = s.levels[lq];
-            rx = ((q - starts[lq]) % wq + 0.5f) / wq, ry = ((q - starts[lq]) / wq + 0.5f) / hq;
-        } else {
-            std::mt19937 ref(static_cast<unsigned>(q));
-            rx = unit(ref), ry = unit(ref);
-        }
+        const auto [rx, ry] = refs[k / (L * P) / kHeads % s.queries];
+        const auto [H, W] = s.levels[k / P % L];
         loc[2 * k] = rx + 2.f * normal(gen) / W, loc[2 * k + 1] = ry + 2.f * normal(gen) / H;
     }
     Buffers classic{upload(value), upload(loc), upload(attn), nullptr, upload(grad_out)};
