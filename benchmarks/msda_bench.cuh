@@ -24,10 +24,6 @@ struct Shape {
     std::vector<std::pair<int, int>> levels;  // (H, W)
 };
 
-/// The 4 corner rows (in units of D elements) of every point, in the kernels' order. Top-left
-/// corners uniform over each level, or (`local`) at the query's reference point plus a normal
-/// offset of 2 pixels, as msda_cuda.py draws them: the reference is the query's own pixel centre
-/// when the queries are the pixels (an encoder), else uniform and shared by the batch.
 /// The first row of each level in value's S rows.
 inline std::vector<int> level_starts(const Shape &s) {
     std::vector<int> start;
@@ -61,6 +57,10 @@ inline std::vector<std::pair<float, float>> reference_points(const Shape &s, int
     return refs;
 }
 
+/// The 4 corner rows (in units of D elements) of every point, in the kernels' order. Top-left
+/// corners uniform over each level, or (`local`) at the query's reference point plus a normal
+/// offset of 2 pixels, as msda_cuda.py draws them: the reference is the query's own pixel centre
+/// when the queries are the pixels (an encoder), else uniform and shared by the batch.
 inline std::vector<int> corner_rows(const Shape &s, bool local, long &rows) {
     const std::vector<int> start = level_starts(s);
     const int len = start.back() + s.levels.back().first * s.levels.back().second;

@@ -12,9 +12,10 @@
 // bounds test; the backward runs a block of D threads per (n, q, m) (D = 32 here), adds each
 // corner's value gradient with a scalar float atomic per channel, and per sampling point sums the
 // D channels' location and weight gradients in shared memory, one thread adding them serially
-// between two barriers. Float32, GPU time from CUDA events (medians), backward including the
-// memsets each formulation needs. Both outputs and all gradients are compared with each other and
-// the forward with a float64 sum on a sample of queries.
+// between two barriers. As the classic op does, it zero-fills its output and all three
+// gradients (only grad_value needs it). Float32, GPU time from CUDA events (medians), each
+// formulation's memsets included, the classic's also timed alone. Both outputs and all gradients
+// are compared with each other and the forward with a float64 sum on a sample of queries.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,23 +37,33 @@ struct Sizes {
     const std::int64_t *shapes, *starts;  // device
 };
 
-/// Bilinear sample of channel c of head m at pixel coordinates (h, w) of one level (rows from
-/// `level`, W wide, H high); corners outside the map count as zero.
-__device__ float sample(const float *level, int H, int W, float h, float w, int m, int c) {
+/// The four bilinear corners of channel c of head m at pixel coordinates (h, w) of a level W
+/// wide and H high: each corner's element index in the level's rows and its weight, and whether
+/// it lies inside the map (corners outside count as zero).
+struct Corners {
+    int index[4];
+    bool inside[4];
+    float lh, lw, hh, hw;  // fractional parts and their complements
+    __device__ float weight(int i) const { return (i < 2 ? hh : lh) * (i % 2 ? lw : hw); }
+};
+
+__device__ Corners corners_of(int H, int W, float h, float w, int m, int c) {
     const int h0 = static_cast<int>(floorf(h)), w0 = static_cast<int>(floorf(w));
-    const float lh = h - h0, lw = w - w0, hh = 1 - lh, hw = 1 - lw;
+    Corners k;
+    k.lh = h - h0, k.lw = w - w0, k.hh = 1 - k.lh, k.hw = 1 - k.lw;
     const int stride = kHeads * kChannels, at = m * kChannels + c;
-    float v1 = 0, v2 = 0, v3 = 0, v4 = 0;
-    if (h0 >= 0 && w0 >= 0)
-        v1 = level[(h0 * W + w0) * stride + at];
-    if (h0 >= 0 && w0 + 1 <= W - 1)
-        v2 = level[(h0 * W + w0 + 1) * stride + at];
-    if (h0 + 1 <= H - 1 && w0 >= 0)
-        v3 = level[((h0 + 1) * W + w0) * stride + at];
-    if (h0 + 1 <= H - 1 && w0 + 1 <= W - 1)
-        v4 = level[((h0 + 1) * W + w0 + 1) * stride + at];
-    return hh * hw * v1 + hh * lw * v2 + lh * hw * v3 + lh * lw * v4;
+    for (int i = 0; i < 4; ++i) {
+        const int y = h0 + i / 2, x = w0 + i % 2;
+        k.inside[i] = y >= 0 && x >= 0 && y <= H - 1 && x <= W - 1;
+        k.index[i] = (y * W + x) * stride + at;
+    }
+    return k;
 }
+
+/// Pixel coordinate of a normalized location on a level `size` pixels long. The classic source
+/// writes `loc * size - 0.5`, a double literal; nvcc folds that into the float FMA this compiles
+/// to (the PTX of both spellings is identical), so the float64 detour costs nothing.
+__device__ float pixel(float loc, int size) { return loc * size - 0.5f; }
 
 __global__ void classic_forward(Sizes s, const float *value, const float *loc, const float *attn,
                                 float *out) {
@@ -70,9 +81,15 @@ __global__ void classic_forward(Sizes s, const float *value, const float *loc, c
                 value + (n * s.value_len + static_cast<int>(s.starts[l])) * kHeads * kChannels;
             for (int p = 0; p < s.points; ++p) {
                 const int k = point0 + l * s.points + p;
-                const float h = loc[2 * k + 1] * H - 0.5f, w = loc[2 * k] * W - 0.5f;
-                if (h > -1 && w > -1 && h < H && w < W)
-                    acc += attn[k] * sample(level, H, W, h, w, m, c);
+                const float h = pixel(loc[2 * k + 1], H), w = pixel(loc[2 * k], W);
+                if (!(h > -1 && w > -1 && h < H && w < W))
+                    continue;
+                const Corners corner = corners_of(H, W, h, w, m, c);
+                float sampled = 0;
+                for (int j = 0; j < 4; ++j)
+                    if (corner.inside[j])
+                        sampled += corner.weight(j) * level[corner.index[j]];
+                acc += attn[k] * sampled;
             }
         }
         out[i] = acc;
@@ -81,37 +98,20 @@ __global__ void classic_forward(Sizes s, const float *value, const float *loc, c
 
 /// One point's contributions from channel c: value-gradient atomics into its corners, and this
 /// channel's parts of the location and weight gradients.
-__device__ void point_backward(const float *level, float *grad_level, int H, int W, float h,
-                               float w, int m, int c, float top, float a, float &gw, float &gh,
+__device__ void point_backward(const float *level, float *grad_level, const Corners &corner,
+                               int H, int W, float top, float a, float &gw, float &gh,
                                float &ga) {
-    const int h0 = static_cast<int>(floorf(h)), w0 = static_cast<int>(floorf(w));
-    const float lh = h - h0, lw = w - w0, hh = 1 - lh, hw = 1 - lw;
-    const int stride = kHeads * kChannels, at = m * kChannels + c;
     const float g = top * a;
-    float v1 = 0, v2 = 0, v3 = 0, v4 = 0;
-    if (h0 >= 0 && w0 >= 0) {
-        const int i = (h0 * W + w0) * stride + at;
-        v1 = level[i];
-        atomicAdd(grad_level + i, hh * hw * g);
-    }
-    if (h0 >= 0 && w0 + 1 <= W - 1) {
-        const int i = (h0 * W + w0 + 1) * stride + at;
-        v2 = level[i];
-        atomicAdd(grad_level + i, hh * lw * g);
-    }
-    if (h0 + 1 <= H - 1 && w0 >= 0) {
-        const int i = ((h0 + 1) * W + w0) * stride + at;
-        v3 = level[i];
-        atomicAdd(grad_level + i, lh * hw * g);
-    }
-    if (h0 + 1 <= H - 1 && w0 + 1 <= W - 1) {
-        const int i = ((h0 + 1) * W + w0 + 1) * stride + at;
-        v4 = level[i];
-        atomicAdd(grad_level + i, lh * lw * g);
-    }
-    ga = top * (hh * hw * v1 + hh * lw * v2 + lh * hw * v3 + lh * lw * v4);
-    gw = W * g * (-hh * v1 + hh * v2 - lh * v3 + lh * v4);
-    gh = H * g * (-hw * v1 - lw * v2 + hw * v3 + lw * v4);
+    float v[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 4; ++j)
+        if (corner.inside[j]) {
+            v[j] = level[corner.index[j]];
+            atomicAdd(grad_level + corner.index[j], corner.weight(j) * g);
+        }
+    const float lh = corner.lh, lw = corner.lw, hh = corner.hh, hw = corner.hw;
+    ga = top * (hh * hw * v[0] + hh * lw * v[1] + lh * hw * v[2] + lh * lw * v[3]);
+    gw = W * g * (-hh * v[0] + hh * v[1] - lh * v[2] + lh * v[3]);
+    gh = H * g * (-hw * v[0] - lw * v[1] + hw * v[2] + lw * v[3]);
 }
 
 /// A block of kChannels threads per (n, q, m); grad_value zeroed by the caller.
@@ -131,11 +131,11 @@ __global__ void classic_backward(Sizes s, const float *value, const float *loc, 
                 (n * s.value_len + static_cast<int>(s.starts[l])) * kHeads * kChannels;
             for (int p = 0; p < s.points; ++p) {
                 const int k = point0 + l * s.points + p;
-                const float h = loc[2 * k + 1] * H - 0.5f, w = loc[2 * k] * W - 0.5f;
+                const float h = pixel(loc[2 * k + 1], H), w = pixel(loc[2 * k], W);
                 float gw = 0, gh = 0, ga = 0;
                 if (h > -1 && w > -1 && h < H && w < W)
-                    point_backward(value + offset, grad_value + offset, H, W, h, w, m, c, top,
-                                   attn[k], gw, gh, ga);
+                    point_backward(value + offset, grad_value + offset,
+                                   corners_of(H, W, h, w, m, c), H, W, top, attn[k], gw, gh, ga);
                 cache[3 * c] = gw, cache[3 * c + 1] = gh, cache[3 * c + 2] = ga;
                 __syncthreads();
                 if (c == 0) {
@@ -271,13 +271,23 @@ void measure(const Shape &s, bool local, int reps) {
     const tpa::Problem problem{s.batch, len, kHeads, kChannels, s.queries, L, P, d_shapes,
                                d_starts, tpa::Dtype::float32};
     const tpa::BackwardScratch direct{tpa::Accumulation::direct, nullptr, nullptr, nullptr};
+    // The classic op zero-fills its output (at::zeros) and all three gradients
+    // (at::zeros_like), though only grad_value needs it: those fills are part of its cost.
+    const auto classic_fills = [&](bool backward) {
+        if (!backward)
+            return check(cudaMemsetAsync(classic.out, 0, outputs * sizeof(float)));
+        check(cudaMemsetAsync(classic.grad_value, 0, rows * kChannels * sizeof(float)));
+        check(cudaMemsetAsync(classic.grad_loc, 0, 2 * points * sizeof(float)));
+        check(cudaMemsetAsync(classic.grad_attn, 0, points * sizeof(float)));
+    };
     const auto classic_fwd = [&] {
+        classic_fills(false);
         classic_forward<<<static_cast<int>((outputs + 1023) / 1024), 1024>>>(
             sz, classic.value, classic.loc, classic.attn, classic.out);
         check(cudaGetLastError(), "classic forward");
     };
     const auto classic_bwd = [&] {
-        check(cudaMemsetAsync(classic.grad_value, 0, rows * kChannels * sizeof(float)));
+        classic_fills(true);
         classic_backward<<<s.batch * s.queries * kHeads, kChannels>>>(
             sz, classic.value, classic.loc, classic.attn, classic.grad_out, classic.grad_value,
             classic.grad_loc, classic.grad_attn);
@@ -296,6 +306,8 @@ void measure(const Shape &s, bool local, int reps) {
         run();  // warm-up
         return median_ms(reps, run);
     };
+    const float fills[2] = {warm_median([&] { classic_fills(false); }),
+                            warm_median([&] { classic_fills(false), classic_fills(true); })};
     const float times[4] = {warm_median(classic_fwd),
                             warm_median([&] { classic_fwd(), classic_bwd(); }),
                             warm_median(ours_fwd), warm_median([&] { ours_fwd(), ours_bwd(); })};
@@ -319,11 +331,11 @@ void measure(const Shape &s, bool local, int reps) {
         largest = std::max(largest, std::abs(static_cast<double>(v)));
     for (long i = 0; i < 2 * points; ++i)
         jumps += std::abs(static_cast<double>(gl_o[i]) - gl_c[i]) > 1e-3 * largest;
-    std::printf("| %s | %s | %.4f | %.4f | %.4f | %.4f | %.2fx | %.2fx | %.1e / %.1e | %.1e | "
-                "%.1e | %.1e | %ld of %ld |\n",
-                s.name, local ? "local" : "uniform", times[0], times[2], times[1], times[3],
-                times[0] / times[2], times[1] / times[3], ref_c, ref_o, d_out, d_value, d_attn,
-                jumps, 2 * points);
+    std::printf("| %s | %s | %.4f | %.4f | %.4f | %.2fx | %.4f | %.4f | %.4f | %.2fx "
+                "| %.1e / %.1e | %.1e | %.1e | %.1e | %ld of %ld |\n",
+                s.name, local ? "local" : "uniform", times[0], fills[0], times[2],
+                times[0] / times[2], times[1], fills[1], times[3], times[1] / times[3], ref_c,
+                ref_o, d_out, d_value, d_attn, jumps, 2 * points);
     for (float *p : {classic.value, classic.loc, classic.attn, classic.grad_out, classic.out,
                      classic.grad_value, classic.grad_loc, classic.grad_attn, ours.out,
                      ours.grad_value, ours.grad_loc, ours.grad_attn})
@@ -336,10 +348,11 @@ void measure(const Shape &s, bool local, int reps) {
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-    std::printf("| shape | locations | classic fwd, ms | ours fwd | classic fwd+bwd | ours fwd+bwd "
-                "| fwd speed-up | fwd+bwd speed-up | fwd vs float64: classic / ours "
-                "| out, ours vs classic | grad_value | grad_attn | grad_loc beyond 1e-3 |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| shape | locations | classic fwd, ms | its fill | ours fwd | speed-up "
+                "| classic fwd+bwd | its fills | ours fwd+bwd | speed-up "
+                "| fwd vs float64: classic / ours | out, ours vs classic | grad_value "
+                "| grad_attn | grad_loc beyond 1e-3 |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const bool local : {false, true})
         for (const Shape &s : issue6_shapes())
             measure(s, local, reps);
