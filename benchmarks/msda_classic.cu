@@ -12,10 +12,13 @@
 // bounds test; the backward runs a block of D threads per (n, q, m) (D = 32 here), adds each
 // corner's value gradient with a scalar float atomic per channel, and per sampling point sums the
 // D channels' location and weight gradients in shared memory, one thread adding them serially
-// between two barriers. As the classic op does, it zero-fills its output and all three
-// gradients (only grad_value needs it). Float32, GPU time from CUDA events (medians), each
-// formulation's memsets included, the classic's also timed alone. Both outputs and all gradients
-// are compared with each other and the forward with a float64 sum on a sample of queries.
+// between two barriers. Its arithmetic is spelled as the classic source spells it (head and
+// channel counts as runtime values, row and column offsets per corner, the location gradient
+// summed corner by corner), because this formulation's time moves with that spelling (see
+// BENCHMARKS.md). As the classic op does, it zero-fills its output and all three gradients (only
+// grad_value needs it). Float32, GPU time from CUDA events (medians), each formulation's memsets
+// included, the classic's also timed alone. Both outputs and all gradients are compared with each
+// other and the forward with a float64 sum on a sample of queries.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,32 +35,33 @@ namespace {
 using namespace msda_bench;
 namespace tpa = turbo_physai::kernels::msda::cuda;
 
+/// Sizes as kernel arguments: the classic kernel serves any head count and channel count, so its
+/// index arithmetic divides by runtime values (kHeads and kChannels would make it shifts).
 struct Sizes {
-    int batch, value_len, queries, levels, points;
+    int batch, value_len, queries, levels, points, heads, channels;
     const std::int64_t *shapes, *starts;  // device
 };
 
 /// The four bilinear corners of channel c of head m at pixel coordinates (h, w) of a level W
-/// wide and H high: each corner's element index in the level's rows and its weight, and whether
-/// it lies inside the map (corners outside count as zero).
+/// wide and H high (top-left, top-right, bottom-left, bottom-right): each corner's element index
+/// in the level's rows and whether it lies inside the map (corners outside count as zero).
 struct Corners {
     int index[4];
     bool inside[4];
     float lh, lw, hh, hw;  // fractional parts and their complements
-    __device__ float weight(int i) const { return (i < 2 ? hh : lh) * (i % 2 ? lw : hw); }
 };
 
-__device__ Corners corners_of(int H, int W, float h, float w, int m, int c) {
+__device__ Corners corners_of(const Sizes &s, int H, int W, float h, float w, int m, int c) {
     const int h0 = static_cast<int>(floorf(h)), w0 = static_cast<int>(floorf(w));
-    Corners k;
-    k.lh = h - h0, k.lw = w - w0, k.hh = 1 - k.lh, k.hw = 1 - k.lw;
-    const int stride = kHeads * kChannels, at = m * kChannels + c;
-    for (int i = 0; i < 4; ++i) {
-        const int y = h0 + i / 2, x = w0 + i % 2;
-        k.inside[i] = y >= 0 && x >= 0 && y <= H - 1 && x <= W - 1;
-        k.index[i] = (y * W + x) * stride + at;
-    }
-    return k;
+    const int w_stride = s.heads * s.channels, h_stride = W * w_stride;
+    const int top = h0 * h_stride, bottom = top + h_stride, left = w0 * w_stride,
+              right = left + w_stride, at = m * s.channels + c;
+    const bool in_top = h0 >= 0, in_left = w0 >= 0, in_bottom = h0 + 1 <= H - 1,
+               in_right = w0 + 1 <= W - 1;
+    const float lh = h - h0, lw = w - w0;
+    return {{top + left + at, top + right + at, bottom + left + at, bottom + right + at},
+            {in_top && in_left, in_top && in_right, in_bottom && in_left, in_bottom && in_right},
+            lh, lw, 1 - lh, 1 - lw};
 }
 
 /// Pixel coordinate of a normalized location on a level `size` pixels long. The classic source
@@ -68,28 +72,28 @@ __device__ float pixel(float loc, int size) { return loc * size - 0.5f; }
 __global__ void classic_forward(Sizes s, const float *value, const float *loc, const float *attn,
                                 float *out) {
     // 32-bit indices, as the classic kernel has (every index of issue 6's shapes fits).
-    const int total = s.batch * s.queries * kHeads * kChannels;
+    const int total = s.batch * s.queries * s.heads * s.channels;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int c = i % kChannels, m = i / kChannels % kHeads, nq = i / kChannels / kHeads;
-        const int n = nq / s.queries;
-        const int point0 = (nq * kHeads + m) * s.levels * s.points;
+        const int c = i % s.channels, nqm = i / s.channels, m = nqm % s.heads;
+        const int n = nqm / s.heads / s.queries;
+        const int point0 = nqm * s.levels * s.points;
         float acc = 0;
         for (int l = 0; l < s.levels; ++l) {
             const int H = static_cast<int>(s.shapes[2 * l]);
             const int W = static_cast<int>(s.shapes[2 * l + 1]);
             const float *level =
-                value + (n * s.value_len + static_cast<int>(s.starts[l])) * kHeads * kChannels;
+                value + (n * s.value_len + static_cast<int>(s.starts[l])) * s.heads * s.channels;
             for (int p = 0; p < s.points; ++p) {
                 const int k = point0 + l * s.points + p;
                 const float h = pixel(loc[2 * k + 1], H), w = pixel(loc[2 * k], W);
                 if (!(h > -1 && w > -1 && h < H && w < W))
                     continue;
-                const Corners corner = corners_of(H, W, h, w, m, c);
-                float sampled = 0;
+                const Corners k4 = corners_of(s, H, W, h, w, m, c);
+                float v[4];
                 for (int j = 0; j < 4; ++j)
-                    if (corner.inside[j])
-                        sampled += corner.weight(j) * level[corner.index[j]];
-                acc += attn[k] * sampled;
+                    v[j] = k4.inside[j] ? level[k4.index[j]] : 0.f;
+                acc += attn[k] * (k4.hh * k4.hw * v[0] + k4.hh * k4.lw * v[1] +
+                                  k4.lh * k4.hw * v[2] + k4.lh * k4.lw * v[3]);
             }
         }
         out[i] = acc;
@@ -97,51 +101,58 @@ __global__ void classic_forward(Sizes s, const float *value, const float *loc, c
 }
 
 /// One point's contributions from channel c: value-gradient atomics into its corners, and this
-/// channel's parts of the location and weight gradients.
+/// channel's parts of the location and weight gradients, accumulated per corner as the classic
+/// source does.
 __device__ void point_backward(const float *level, float *grad_level, const Corners &corner,
                                int H, int W, float top, float a, float &gw, float &gh,
                                float &ga) {
     const float g = top * a;
-    float v[4] = {0, 0, 0, 0};
+    const float lh = corner.lh, lw = corner.lw, hh = corner.hh, hw = corner.hw;
+    const float weight[4] = {hh * hw, hh * lw, lh * hw, lh * lw};
+    const float dh[4] = {-hw, -lw, hw, lw}, dw[4] = {-hh, hh, -lh, lh};  // d weight / d (h, w)
+    float v[4] = {0, 0, 0, 0}, grad_h = 0, grad_w = 0;
     for (int j = 0; j < 4; ++j)
         if (corner.inside[j]) {
             v[j] = level[corner.index[j]];
-            atomicAdd(grad_level + corner.index[j], corner.weight(j) * g);
+            grad_h += dh[j] * v[j], grad_w += dw[j] * v[j];
+            atomicAdd(grad_level + corner.index[j], weight[j] * g);
         }
-    const float lh = corner.lh, lw = corner.lw, hh = corner.hh, hw = corner.hw;
-    ga = top * (hh * hw * v[0] + hh * lw * v[1] + lh * hw * v[2] + lh * lw * v[3]);
-    gw = W * g * (-hh * v[0] + hh * v[1] - lh * v[2] + lh * v[3]);
-    gh = H * g * (-hw * v[0] - lw * v[1] + hw * v[2] + lw * v[3]);
+    ga = top * (weight[0] * v[0] + weight[1] * v[1] + weight[2] * v[2] + weight[3] * v[3]);
+    gw = W * grad_w * g;
+    gh = H * grad_h * g;
 }
 
-/// A block of kChannels threads per (n, q, m); grad_value zeroed by the caller.
+/// A block of kChannels threads per (n, q, m) (the source's block size, a template argument
+/// there, is the channel count); grad_value zeroed by the caller.
 __global__ void classic_backward(Sizes s, const float *value, const float *loc, const float *attn,
                                  const float *grad_out, float *grad_value, float *grad_loc,
                                  float *grad_attn) {
-    __shared__ float cache[3 * kChannels];
-    const int c = threadIdx.x;
-    for (int nqm = blockIdx.x; nqm < s.batch * s.queries * kHeads; nqm += gridDim.x) {
-        const int m = nqm % kHeads, n = nqm / kHeads / s.queries;
-        const float top = grad_out[nqm * kChannels + c];
+    __shared__ float cache_loc[2 * kChannels], cache_attn[kChannels];
+    const int total = s.batch * s.queries * s.heads * s.channels;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int c = i % s.channels, nqm = i / s.channels, m = nqm % s.heads;
+        const int n = nqm / s.heads / s.queries;
+        const float top = grad_out[i];
         const int point0 = nqm * s.levels * s.points;
         for (int l = 0; l < s.levels; ++l) {
             const int H = static_cast<int>(s.shapes[2 * l]);
             const int W = static_cast<int>(s.shapes[2 * l + 1]);
             const int offset =
-                (n * s.value_len + static_cast<int>(s.starts[l])) * kHeads * kChannels;
+                (n * s.value_len + static_cast<int>(s.starts[l])) * s.heads * s.channels;
             for (int p = 0; p < s.points; ++p) {
                 const int k = point0 + l * s.points + p;
                 const float h = pixel(loc[2 * k + 1], H), w = pixel(loc[2 * k], W);
                 float gw = 0, gh = 0, ga = 0;
                 if (h > -1 && w > -1 && h < H && w < W)
                     point_backward(value + offset, grad_value + offset,
-                                   corners_of(H, W, h, w, m, c), H, W, top, attn[k], gw, gh, ga);
-                cache[3 * c] = gw, cache[3 * c + 1] = gh, cache[3 * c + 2] = ga;
+                                   corners_of(s, H, W, h, w, m, c), H, W, top, attn[k], gw, gh,
+                                   ga);
+                cache_loc[2 * c] = gw, cache_loc[2 * c + 1] = gh, cache_attn[c] = ga;
                 __syncthreads();
                 if (c == 0) {
                     float sw = 0, sh = 0, sa = 0;
                     for (int t = 0; t < kChannels; ++t)
-                        sw += cache[3 * t], sh += cache[3 * t + 1], sa += cache[3 * t + 2];
+                        sw += cache_loc[2 * t], sh += cache_loc[2 * t + 1], sa += cache_attn[t];
                     grad_loc[2 * k] = sw, grad_loc[2 * k + 1] = sh, grad_attn[k] = sa;
                 }
                 __syncthreads();
@@ -267,7 +278,7 @@ void measure(const Shape &s, bool local, int reps) {
     check(cudaMalloc(&ours.grad_attn, points * sizeof(float)));
     std::int64_t *d_shapes = upload(shapes), *d_starts = upload(starts64);
 
-    const Sizes sz{s.batch, len, s.queries, L, P, d_shapes, d_starts};
+    const Sizes sz{s.batch, len, s.queries, L, P, kHeads, kChannels, d_shapes, d_starts};
     const tpa::Problem problem{s.batch, len, kHeads, kChannels, s.queries, L, P, d_shapes,
                                d_starts, tpa::Dtype::float32};
     const tpa::BackwardScratch direct{tpa::Accumulation::direct, nullptr, nullptr, nullptr};
