@@ -284,21 +284,22 @@ void measure(const Shape &s, bool local, int reps) {
     const tpa::BackwardScratch direct{tpa::Accumulation::direct, nullptr, nullptr, nullptr};
     // The classic op zero-fills its output (at::zeros) and all three gradients
     // (at::zeros_like), though only grad_value needs it: those fills are part of its cost.
-    const auto classic_fills = [&](bool backward) {
-        if (!backward)
-            return check(cudaMemsetAsync(classic.out, 0, outputs * sizeof(float)));
+    const auto zero_output = [&] {
+        check(cudaMemsetAsync(classic.out, 0, outputs * sizeof(float)));
+    };
+    const auto zero_gradients = [&] {
         check(cudaMemsetAsync(classic.grad_value, 0, rows * kChannels * sizeof(float)));
         check(cudaMemsetAsync(classic.grad_loc, 0, 2 * points * sizeof(float)));
         check(cudaMemsetAsync(classic.grad_attn, 0, points * sizeof(float)));
     };
     const auto classic_fwd = [&] {
-        classic_fills(false);
+        zero_output();
         classic_forward<<<static_cast<int>((outputs + 1023) / 1024), 1024>>>(
             sz, classic.value, classic.loc, classic.attn, classic.out);
         check(cudaGetLastError(), "classic forward");
     };
     const auto classic_bwd = [&] {
-        classic_fills(true);
+        zero_gradients();
         classic_backward<<<s.batch * s.queries * kHeads, kChannels>>>(
             sz, classic.value, classic.loc, classic.attn, classic.grad_out, classic.grad_value,
             classic.grad_loc, classic.grad_attn);
@@ -317,8 +318,8 @@ void measure(const Shape &s, bool local, int reps) {
         run();  // warm-up
         return median_ms(reps, run);
     };
-    const float fills[2] = {warm_median([&] { classic_fills(false); }),
-                            warm_median([&] { classic_fills(false), classic_fills(true); })};
+    const float fills[2] = {warm_median(zero_output),
+                            warm_median([&] { zero_output(), zero_gradients(); })};
     const float times[4] = {warm_median(classic_fwd),
                             warm_median([&] { classic_fwd(), classic_bwd(); }),
                             warm_median(ours_fwd), warm_median([&] { ours_fwd(), ours_bwd(); })};
