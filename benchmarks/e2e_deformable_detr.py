@@ -1,7 +1,8 @@
 """benchmarks/e2e_deformable_detr.py: Deformable DETR (ResNet-50, 800x1333), stock vs ours.
 
     PYTHONPATH=src python benchmarks/e2e_deformable_detr.py [--device cuda|cpu] [--json PATH]
-        [--compile-layers MODE] [--compile-model MODE] [--deterministic] [--amp DTYPE]
+        [--compile-layers MODE] [--compile-model MODE] [--compile-backend NAME]
+        [--deterministic] [--amp DTYPE]
 
 Deformable DETR with a ResNet-50 backbone (transformers' own ResNet, random init: nothing is
 downloaded), batch 2, 800x1333, float32. "Ours" swaps transformers'
@@ -18,7 +19,9 @@ cuda if there is a GPU, else cpu (with smaller --batch/--height/--width for a ca
 warn_only=True)`` (cuBLAS workspace config set as torch asks), lists the ops that warned (no
 deterministic implementation) and adds the profiler table of ours in that mode. ``--amp
 float16|bfloat16`` runs every call under ``torch.autocast`` of that dtype (mixed precision; the
-loss is summed in float32).
+loss is summed in float32). ``--compile-backend cudagraphs`` runs the compile variants on torch's
+``cudagraphs`` backend instead of inductor: the ATen graph replayed by CUDA graph trees, no code
+generation (MODE is then ignored), so the numerics stay those of the eager ops.
 """
 
 from __future__ import annotations
@@ -166,7 +169,8 @@ def measure_compiled(model, pixels, device, reps, compile_group, options):
         turbo_physai.rollback()
     figures.update(first_call_s=first_s, group=compile_group, options=options,
                    graphs=counters["stats"]["unique_graphs"],
-                   graph_breaks=sum(counters["graph_break"].values()))
+                   graph_breaks=sum(counters["graph_break"].values()),
+                   cudagraph_skips=counters["inductor"]["cudagraph_skips"])
     return figures, out
 
 
@@ -204,6 +208,9 @@ def main(argv=None):
                         help="also measure the catalog's transformers.deformable_detr."
                              "compile_model group (the whole DeformableDetrModel, mode MODE, "
                              "e.g. reduce-overhead) on top of our op")
+    parser.add_argument("--compile-backend", metavar="NAME", default="inductor",
+                        help="torch.compile backend of the compile variants (default inductor; "
+                             "cudagraphs: CUDA graphs of the ATen graph, MODE ignored)")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure stock and ours in deterministic mode (warn-only)")
     parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None,
@@ -239,14 +246,15 @@ def main(argv=None):
               "max_abs_diff_logits_boxes": max_diff(ours_out, stock_out),
               "groups": [(g.id, g.status) for g in report.groups], **deterministic}
     compiled_variants = (
-        ("ours_compiled_layers", args.compile_layers, "transformers.deformable_detr.compile",
-         {"mode": args.compile_layers, "dynamic": False}),
-        ("ours_compiled_model", args.compile_model, "transformers.deformable_detr.compile_model",
-         # fullgraph off: in train mode each encoder layer branches on torch.isfinite(...).all()
-         {"mode": args.compile_model, "dynamic": False}))
-    for key, mode, compile_group, options in compiled_variants:
+        ("ours_compiled_layers", args.compile_layers, "transformers.deformable_detr.compile"),
+        # fullgraph off: in train mode each encoder layer branches on torch.isfinite(...).all()
+        ("ours_compiled_model", args.compile_model, "transformers.deformable_detr.compile_model"))
+    for key, mode, compile_group in compiled_variants:
         if not mode:
             continue
+        options = {"backend": args.compile_backend, "dynamic": False}
+        if args.compile_backend == "inductor":
+            options["mode"] = mode
         try:
             compiled, compiled_out = measure_compiled(model, pixels, args.device, args.reps,
                                                       compile_group, options)

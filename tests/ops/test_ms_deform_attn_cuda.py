@@ -727,6 +727,32 @@ def test_torch_compile_reduce_overhead_records_and_replays_a_cuda_graph():
     torch._dynamo.reset()
 
 
+def test_torch_compile_cudagraphs_backend_replays_forward_and_backward():
+    """backend="cudagraphs" (the ATen graph replayed by CUDA graph trees, no code generation),
+    which the compile groups take as their backend option: neither the forward nor the backward
+    graph may be skipped, and replays with new inputs give the eager results."""
+
+    def f(value, shapes, starts, loc, attn):
+        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
+
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    compiled = torch.compile(f, backend="cudagraphs", fullgraph=True, dynamic=False)
+    for seed in range(4):  # warm-up run, recording, then replays
+        value, shapes, starts, loc, attn = make(d=32, seed=seed)
+        leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
+        out = compiled(leaves[0], shapes, starts, leaves[1], leaves[2])
+        g = torch.randn_like(out)
+        mine = [t.clone() for t in (out, *torch.autograd.grad(out, leaves, g))]
+        ref = f(leaves[0], shapes, starts, leaves[1], leaves[2])
+        for got, expected in zip(mine, (ref, *torch.autograd.grad(ref, leaves, g)), strict=True):
+            torch.testing.assert_close(got, expected)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] > 0
+    torch._dynamo.reset()
+
+
 def test_registry_picks_cuda_for_gpu_tensors():
     args = make(d=32)
     assert kernels.resolve("ms_deform_attn", *args) is ms_deform_attn

@@ -12,7 +12,10 @@ Options (the group's ``options`` in the config; JSON values):
 ``backend``
     default ``"inductor"``. ``"eager"`` or ``"aot_eager"`` run the graph capture without code
     generation: seconds instead of minutes, for debugging graph breaks and for tests.
-    ``mode`` is an inductor setting and is passed only to inductor.
+    ``"cudagraphs"`` replays the ATen graph with CUDA graphs, also without code generation: the
+    eager ops' numerics without their launch overhead (for Deformable DETR on an H200 it gained
+    far less than inductor's ``reduce-overhead``; BENCHMARKS.md). ``mode`` is an inductor
+    setting and is passed only to inductor.
 ``matmul_precision``
     default ``None``: float32 matrix products as the process has them
     (``torch.get_float32_matmul_precision()``, "highest" unless changed). ``"high"`` (TF32
