@@ -696,61 +696,57 @@ def test_transformers_function_with_a_shape_list_under_graph_capture(monkeypatch
     torch.testing.assert_close(out, ms_deform_attn(value, shapes, starts, loc, attn))
 
 
+def doubled(value, shapes, starts, loc, attn):
+    """The op inside a graph: an elementwise op before it, a reduction after it."""
+    return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
+
+
+def compiled_doubled(**options):
+    """`doubled` compiled by a fresh dynamo with cleared counters."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    return torch.compile(doubled, fullgraph=True, dynamic=False, **options)
+
+
+def assert_cuda_graphs_recorded():
+    inductor = torch._dynamo.utils.counters["inductor"]
+    assert inductor["cudagraph_skips"] == 0, dict(inductor)
+    assert inductor["cudagraph_recorded_non_static_inputs"] > 0
+    torch._dynamo.reset()
+
+
 def test_torch_compile_fullgraph():
     args = make(d=32)
-
-    def f(value, shapes, starts, loc, attn):
-        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
-
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(compiled(*args), f(*args))
+    torch.testing.assert_close(compiled_doubled(backend="aot_eager")(*args), doubled(*args))
 
 
 def test_torch_compile_reduce_overhead_records_and_replays_a_cuda_graph():
     """mode="reduce-overhead" (inductor + CUDA graph trees), as the transformers compile
     groups can be configured: the op must not make inductor skip the graph, and replays with
     new inputs must give the eager results."""
-
-    def f(value, shapes, starts, loc, attn):
-        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
-
-    torch._dynamo.reset()
-    counters = torch._dynamo.utils.counters
-    counters.clear()
-    compiled = torch.compile(f, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    compiled = compiled_doubled(mode="reduce-overhead")
     for seed in range(4):  # warm-up run, recording, then replays
         args = make(d=32, seed=seed)
         # clone(): the next replay overwrites the graph's output buffer.
-        torch.testing.assert_close(compiled(*args).clone(), f(*args))
-    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
-    assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] > 0
-    torch._dynamo.reset()
+        torch.testing.assert_close(compiled(*args).clone(), doubled(*args))
+    assert_cuda_graphs_recorded()
 
 
 def test_torch_compile_cudagraphs_backend_replays_forward_and_backward():
     """backend="cudagraphs" (the ATen graph replayed by CUDA graph trees, no code generation),
     which the compile groups take as their backend option: neither the forward nor the backward
     graph may be skipped, and replays with new inputs give the eager results."""
-
-    def f(value, shapes, starts, loc, attn):
-        return ms_deform_attn(value * 2, shapes, starts, loc, attn).sum(-1)
-
-    torch._dynamo.reset()
-    counters = torch._dynamo.utils.counters
-    counters.clear()
-    compiled = torch.compile(f, backend="cudagraphs", fullgraph=True, dynamic=False)
+    compiled = compiled_doubled(backend="cudagraphs")
     for seed in range(4):  # warm-up run, recording, then replays
         value, shapes, starts, loc, attn = make(d=32, seed=seed)
         leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
         out = compiled(leaves[0], shapes, starts, leaves[1], leaves[2])
         g = torch.randn_like(out)
         mine = [t.clone() for t in (out, *torch.autograd.grad(out, leaves, g))]
-        ref = f(leaves[0], shapes, starts, leaves[1], leaves[2])
+        ref = doubled(leaves[0], shapes, starts, leaves[1], leaves[2])
         for got, expected in zip(mine, (ref, *torch.autograd.grad(ref, leaves, g)), strict=True):
             torch.testing.assert_close(got, expected)
-    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
-    assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] > 0
-    torch._dynamo.reset()
+    assert_cuda_graphs_recorded()
 
 
 def test_registry_picks_cuda_for_gpu_tensors():
