@@ -60,11 +60,13 @@ PATHS = {"fast": ms_deform_attn, "op": torch.ops.turbo_physai.ms_deform_attn}
 
 
 def forward_backward(path, args, grad_output):
-    """The output and the value, location and weight gradients through PATHS[path]; the leaves
-    share storage with args (a CUDA-graph replay sees new data copied into args)."""
+    """The output and the value, location and weight gradients through PATHS[path] (or `path`
+    itself, a function of the op's arguments); the leaves share storage with args (a CUDA-graph
+    replay sees new data copied into args)."""
     value, shapes, starts, loc, attn = args
     leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
-    out = PATHS[path](leaves[0], shapes, starts, leaves[1], leaves[2])
+    fn = PATHS[path] if isinstance(path, str) else path
+    out = fn(leaves[0], shapes, starts, leaves[1], leaves[2])
     return out, torch.autograd.grad(out, leaves, grad_output)
 
 
@@ -737,15 +739,14 @@ def test_torch_compile_cudagraphs_backend_replays_forward_and_backward():
     which the compile groups take as their backend option: neither the forward nor the backward
     graph may be skipped, and replays with new inputs give the eager results."""
     compiled = compiled_doubled(backend="cudagraphs")
+    g = torch.randn(2, 5, device="cuda")  # doubled's output: (N, Lq) of make()'s inputs
     for seed in range(4):  # warm-up run, recording, then replays
-        value, shapes, starts, loc, attn = make(d=32, seed=seed)
-        leaves = [t.detach().requires_grad_() for t in (value, loc, attn)]
-        out = compiled(leaves[0], shapes, starts, leaves[1], leaves[2])
-        g = torch.randn_like(out)
-        mine = [t.clone() for t in (out, *torch.autograd.grad(out, leaves, g))]
-        ref = doubled(leaves[0], shapes, starts, leaves[1], leaves[2])
-        for got, expected in zip(mine, (ref, *torch.autograd.grad(ref, leaves, g)), strict=True):
-            torch.testing.assert_close(got, expected)
+        args = make(d=32, seed=seed)
+        out, grads_ = forward_backward(compiled, args, g)
+        mine = [t.clone() for t in (out, *grads_)]  # the next replay overwrites them
+        expected, expected_grads = forward_backward(doubled, args, g)
+        for got, ref in zip(mine, (expected, *expected_grads), strict=True):
+            torch.testing.assert_close(got, ref)
     assert_cuda_graphs_recorded()
 
 
