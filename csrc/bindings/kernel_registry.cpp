@@ -52,6 +52,18 @@ PyObject *slot_select(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
     });
 }
 
+PyObject *slot_eligible(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn) {
+    auto *s = reinterpret_cast<SlotObject *>(self);
+    return guarded([&]() -> PyObject * {
+        const bool per_call = nargs > 0 || (kwn && PyTuple_GET_SIZE(kwn) > 0);
+        Call call(s->slot, args, static_cast<size_t>(nargs), kwn, /*fresh=*/true);
+        nb::list out;
+        for (const Entry *e : call.all(per_call))
+            out.append(nb::make_tuple(e->info.name, e->impl.fn));
+        return out.release().ptr();
+    });
+}
+
 PyObject *slot_select_name(PyObject *self, PyObject *) {
     auto *s = reinterpret_cast<SlotObject *>(self);
     return guarded([&]() -> PyObject * {
@@ -86,6 +98,10 @@ PyMethodDef slot_methods[] = {
     {"select", reinterpret_cast<PyCFunction>(reinterpret_cast<void *>(slot_select)),
      METH_FASTCALL | METH_KEYWORDS,
      "select(*args, **kwargs): the implementation a call with these inputs would run, or None."},
+    {"eligible", reinterpret_cast<PyCFunction>(reinterpret_cast<void *>(slot_eligible)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "eligible(*args, **kwargs): [(name, impl)] a call would try, in order; environment "
+     "predicates are re-evaluated."},
     {"active", slot_select_name, METH_NOARGS,
      "Name of the implementation a call would try first, or 'unavailable'."},
     {nullptr, nullptr, 0, nullptr}};
@@ -105,6 +121,7 @@ PyType_Spec slot_spec = {"turbo_physai._core.Slot", sizeof(SlotObject), 0,
 PyTypeObject *slot_type = nullptr;
 
 nb::object make_slot(const std::string &name) {
+    check_slot_name(name);
     auto *obj = reinterpret_cast<SlotObject *>(slot_type->tp_alloc(slot_type, 0));
     if (!obj)
         throw nb::python_error();
@@ -124,41 +141,57 @@ void bind_kernel_registry(nb::module_ &m) {
     m.def(
         "kernel_register",
         [](const std::string &slot, nb::object fn, const std::string &name, nb::object predicate,
-           nb::object requires, bool hub) {
+           nb::object requires, bool hub, bool predicate_per_call) {
+            const std::string label = "implementation '" + name + "' for slot '" + slot + "'";
             if (!PyCallable_Check(fn.ptr()))
-                throw nb::type_error(("implementation '" + name + "' for slot '" + slot +
-                                      "' must be callable")
-                                         .c_str());
+                throw nb::type_error((label + " must be callable").c_str());
             if (!predicate.is_none() && !PyCallable_Check(predicate.ptr()))
-                throw nb::type_error(("predicate of implementation '" + name + "' for slot '" +
-                                      slot + "' must be callable or None")
+                throw nb::type_error(("predicate of " + label + " must be callable or None")
                                          .c_str());
             ImplInfo info;
             info.name = name;
             info.hub = hub;
             info.provider = state().loading;
+            if (info.is_reference() && !(predicate.is_none() && requires.is_none()))
+                throw nb::value_error(("the reference of slot '" + slot +
+                                       "' runs for every input (it is the last resort): it "
+                                       "takes no predicate and no requires")
+                                          .c_str());
             if (!requires.is_none())
                 info.requires = parse_requirements(requires, slot, name);
-            state().registry.add(slot, std::move(info), PyImpl{fn, predicate});
+            state().registry.add(slot, std::move(info),
+                                 PyImpl{fn, predicate, predicate_per_call});
         },
         nb::arg("slot"), nb::arg("fn"), nb::arg("name"), nb::arg("predicate").none(),
-        nb::arg("requires").none(), nb::arg("hub") = false);
-    m.def("kernel_unregister", [](const std::string &slot, const std::string &name) {
-        state().registry.remove(slot, name);
-    });
+        nb::arg("requires").none(), nb::arg("hub") = false, nb::arg("predicate_per_call") = true);
+    m.def("kernel_unregister",
+          [](const std::string &slot, const std::string &name) {
+              return state().registry.remove(slot, name);
+          },
+          "Removes an implementation; False when the slot has none of that name.");
+    m.def("kernel_clear_cache", [] { state().registry.clear(); },
+          "Drops every slot's cached candidates: environment predicates run again.");
     m.def("kernel_slots", [] { return state().registry.slot_names(); });
     m.def("kernel_implementations", [](const std::string &slot) {
         nb::list out;
         Registry &r = state().registry;
         if (Registry::SlotPtr s = r.find(slot)) {
             for (const auto &e : r.entries(*s)) {
+                const PyImpl &impl = e->impl;
                 nb::dict d;
                 d["name"] = e->info.name;
-                d["impl"] = e->impl.fn;
-                d["predicate"] = e->impl.predicate;
+                d["impl"] = impl.fn;
+                d["predicate"] = impl.predicate;
+                d["predicate_kind"] = impl.predicate.is_none() ? nb::object(nb::none())
+                                      : impl.predicate_per_call ? nb::object(nb::str("call"))
+                                                                : nb::object(nb::str("environment"));
                 d["requires"] = requirements_dict(e->info.requires);
                 d["hub"] = e->info.hub;
-                d["disabled"] = r.is_disabled(*s, e->info.name);
+                d["disabled"] = e->disabled();
+                const std::string failure = r.failure(*e);
+                d["failure"] = failure.empty() ? nb::object(nb::none())
+                                               : nb::object(nb::str(failure.c_str()));
+                d["fallbacks"] = impl.counters->fallbacks.load(std::memory_order_relaxed);
                 out.append(d);
             }
         }

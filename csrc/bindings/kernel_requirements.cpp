@@ -3,6 +3,8 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 namespace turbo_physai::bindings {
@@ -52,7 +54,12 @@ bool as_bool(nb::handle value, const Context &ctx, const char *key) {
 int as_int(nb::handle value, const Context &ctx, const char *key) {
     if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr()))
         throw nb::type_error((ctx.where(key) + " must hold integers").c_str());
-    return nb::cast<int>(value);
+    int overflow = 0;
+    const long v = PyLong_AsLongAndOverflow(value.ptr(), &overflow);
+    constexpr long kLimit = 1 << 20;  // far above any rank or argument count
+    if (overflow || v > kLimit || v < -kLimit)
+        throw nb::value_error((ctx.where(key) + " holds an integer out of range").c_str());
+    return static_cast<int>(v);
 }
 
 }  // namespace
@@ -88,12 +95,23 @@ Requirements parse_requirements(nb::handle spec, const std::string &slot, const 
             if (req.min_rank < 0 || (req.max_rank >= 0 && req.max_rank < req.min_rank))
                 throw nb::value_error((ctx.where("rank") + " is an empty range").c_str());
         } else if (key == "args") {
+            if (!nb::isinstance<nb::list>(value) && !nb::isinstance<nb::tuple>(value))
+                throw nb::type_error((ctx.where("args") + " must be a list of indices").c_str());
             for (nb::handle item : nb::iter(value)) {
                 const int index = as_int(item, ctx, "args");
                 if (index < 0)
                     throw nb::value_error((ctx.where("args") + " must be >= 0").c_str());
+                if (std::find(req.args.begin(), req.args.end(), index) != req.args.end())
+                    throw nb::value_error(
+                        (ctx.where("args") + " names index " + std::to_string(index) + " twice")
+                            .c_str());
                 req.args.push_back(index);
             }
+            // An empty list would read as "every tensor argument", the opposite of its spelling.
+            if (req.args.empty())
+                throw nb::value_error((ctx.where("args") + " must name at least one index "
+                                       "(leave it out to check every tensor argument)")
+                                          .c_str());
         } else {
             throw nb::value_error(("requires of implementation '" + impl + "' for slot '" + slot +
                                    "': unknown key '" + key + "' (expected " + kKeys + ")")

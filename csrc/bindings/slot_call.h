@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,10 +20,24 @@ namespace turbo_physai::bindings {
 
 namespace nb = nanobind;
 
+/// What happened to one registration so far; shared by the copies of its PyImpl.
+struct ImplCounters {
+    std::atomic<bool> predicate_warned{false};  // a predicate error was reported
+    std::atomic<bool> fallback_warned{false};   // an input-specific failure was reported
+    std::atomic<std::uint64_t> fallbacks{0};    // calls it failed on and handed over
+};
+
 struct PyImpl {
     nb::object fn;
     nb::object predicate;  // None: no predicate
-    std::shared_ptr<std::atomic<bool>> predicate_warned = std::make_shared<std::atomic<bool>>();
+    /// How the predicate is called, decided once at registration (kernels.register reads its
+    /// signature): with the call's arguments on every call, or with none (an environment
+    /// predicate: evaluated when the slot's candidate list is built, cached with it).
+    bool predicate_per_call = true;
+    std::shared_ptr<ImplCounters> counters = std::make_shared<ImplCounters>();
+
+    bool environment_predicate() const { return !predicate.is_none() && !predicate_per_call; }
+    bool call_predicate() const { return !predicate.is_none() && predicate_per_call; }
 };
 using Registry = KernelRegistry<PyImpl>;
 using Entry = Registry::Entry;
@@ -47,22 +62,32 @@ void ensure_loaded();
 /// One walk over a slot's candidates for one set of arguments.
 class Call {
 public:
-    Call(const Registry::SlotPtr &slot, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+    /// `fresh`: re-admit the slot's implementations (environment predicates included) instead
+    /// of using the cached candidate list, as kernels.iter_impls does.
+    Call(const Registry::SlotPtr &slot, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+         bool fresh = false);
 
-    /// The entry a call would run first, or null. With `per_call` false only the selection
-    /// and the export state count (resolve(slot) without inputs).
+    /// The entry a call would run first, or null. With `per_call` false only the selection,
+    /// the environment predicates and the export state count (resolve(slot) without inputs).
     const Entry *first(bool per_call);
 
-    /// Runs the first eligible implementation; one that raises hands over to the next. Those
-    /// that failed are disabled only once a later one succeeds on the same inputs, so bad
-    /// inputs (which the reference rejects too) never disable anything.
+    /// Every entry a call would try, in order (kernels.iter_impls).
+    std::vector<const Entry *> all(bool per_call);
+
+    /// Runs the eligible implementations in order until one returns a result; None declines,
+    /// an exception hands over to the next. What a failure meant is settled by the outcome
+    /// (see docs/kernels.md, "Fallback rules").
     PyObject *run();
 
 private:
+    struct Failure {
+        const Entry *entry;
+        nb::python_error error;
+    };
+    void settle(std::vector<Failure> &failed, const Entry *winner);
     bool eligible(const Entry &e, bool per_call);
     static bool exporting();
     bool meets(const Requirements &req);
-    bool predicate_holds(const Entry &e);
 
     Registry::SlotPtr slot_;
     PyObject *const *args_;

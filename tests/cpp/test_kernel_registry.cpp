@@ -1,6 +1,7 @@
 // tests/cpp/test_kernel_registry.cpp: slot table order, selection, caching, requirements, threads.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -76,21 +77,37 @@ TEST_F(RegistryTest, DuplicateNameIsAnErrorAndOrderIsKept) {
     EXPECT_NO_THROW(r.add("other", info("a"), 4));
 }
 
-TEST_F(RegistryTest, UnregisterAndMissingNames) {
+TEST_F(RegistryTest, UnregisterRemovesAndMissingNamesAreANoOp) {
     r.add("op", info("a"), 1);
     r.add("op", info("b"), 2);
-    r.remove("op", "b");
+    EXPECT_TRUE(r.remove("op", "b"));
     EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"a"}));
-    try {
-        r.remove("op", "zzz");
-        FAIL() << "expected out_of_range";
-    } catch (const std::out_of_range &e) {
-        EXPECT_NE(std::string(e.what()).find("'op' has no implementation named 'zzz'"),
-                  std::string::npos);
-        EXPECT_NE(std::string(e.what()).find("'a'"), std::string::npos);
-    }
-    EXPECT_THROW(r.remove("nope", "a"), std::out_of_range);
-    EXPECT_EQ(r.find("nope"), nullptr);
+    EXPECT_FALSE(r.remove("op", "b"));
+    EXPECT_FALSE(r.remove("op", "zzz"));
+    EXPECT_FALSE(r.remove("nope", "a"));
+    EXPECT_EQ(r.find("nope"), nullptr);  // a no-op creates no slot
+    EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"a"}));
+}
+
+TEST_F(RegistryTest, NamesThatCouldNeverBeSelectedAreRejected) {
+    auto rejects = [this](const std::string &slot, const std::string &name, const char *what) {
+        try {
+            r.add(slot, info(name), 0);
+            ADD_FAILURE() << "accepted slot '" << slot << "' name '" << name << "'";
+        } catch (const std::invalid_argument &e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    rejects("", "a", "slot name must not be empty");
+    rejects(" op", "a", "must not start or end with whitespace");
+    rejects("op", "", "implementation name must not be empty");
+    rejects("op", "a\n", "must not start or end with whitespace");
+    rejects("op", "OFF", "is reserved");
+    rejects("op", "Reference", "is reserved");
+    EXPECT_EQ(r.find(""), nullptr);
+    EXPECT_EQ(r.find("op"), nullptr);  // nothing was created by the rejected calls
+    EXPECT_NO_THROW(r.add("op", info("reference"), 0));
+    EXPECT_NO_THROW(r.add("op", info("offload"), 1));
 }
 
 TEST_F(RegistryTest, CacheIsReusedThenInvalidatedByEveryChange) {
@@ -105,10 +122,12 @@ TEST_F(RegistryTest, CacheIsReusedThenInvalidatedByEveryChange) {
     EXPECT_NE(after_add, first);
     EXPECT_EQ(after_add->front()->info.name, "b");
 
-    EXPECT_TRUE(r.disable("op", "b"));
-    EXPECT_FALSE(r.disable("op", "b"));  // second disable reports nothing new: one warning
+    const auto &b = *after_add->front();
+    EXPECT_TRUE(r.disable(*s, b, "RuntimeError: boom"));
+    EXPECT_FALSE(r.disable(*s, b, "again"));  // second disable reports nothing new: one warning
     EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"a", "reference"}));
-    EXPECT_TRUE(r.is_disabled(*s, "b"));
+    EXPECT_TRUE(b.disabled());
+    EXPECT_EQ(r.failure(b), "RuntimeError: boom");
 
     setenv(Selection::kKernelsVar, "off", 1);
     EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"reference"}));
@@ -117,6 +136,61 @@ TEST_F(RegistryTest, CacheIsReusedThenInvalidatedByEveryChange) {
     unsetenv(Selection::kKernelsVar);
     r.remove("op", "a");
     EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"reference"}));
+}
+
+TEST_F(RegistryTest, DisableBelongsToTheRegistrationNotTheName) {
+    r.add("op", info("reference"), 0);
+    r.add("op", info("fast"), 1);
+    auto s = r.slot("op");
+    const auto old = r.candidates(*s)->front();
+    r.disable(*s, *old, "ImportError: libfoo.so");
+    EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"reference"}));
+    r.remove("op", "fast");
+    r.add("op", info("fast"), 2);  // a new implementation under the same name runs
+    const auto now = r.candidates(*s);
+    EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"fast", "reference"}));
+    EXPECT_EQ(now->front()->impl, 2);
+    EXPECT_FALSE(now->front()->disabled());
+    EXPECT_TRUE(old->disabled());
+}
+
+TEST_F(RegistryTest, AdmitRunsOncePerRebuildNeverForTheReference) {
+    r.add("op", info("reference"), 0);
+    r.add("op", info("env_no"), 1);
+    r.add("op", info("env_yes"), 2);
+    auto s = r.slot("op");
+    std::vector<std::string> asked;
+    auto admit = [&](const Registry::Entry &e) {
+        asked.push_back(e.info.name);
+        return e.info.name != "env_no";
+    };
+    auto first = r.candidates(*s, admit);
+    EXPECT_EQ(first->size(), 2u);
+    EXPECT_EQ(asked, (std::vector<std::string>{"env_yes", "env_no"}));
+    EXPECT_EQ(r.candidates(*s, admit), first);  // cached: admit not asked again
+    EXPECT_EQ(asked.size(), 2u);
+    r.clear();  // clear_cache(): the answers are asked again
+    EXPECT_NE(r.candidates(*s, admit), first);
+    EXPECT_EQ(asked.size(), 4u);
+    r.candidates(*s, admit, /*fresh=*/true);  // iter_impls: asked afresh even when cached
+    EXPECT_EQ(asked.size(), 6u);
+}
+
+TEST_F(RegistryTest, AdmitMayChangeTheRegistryAndThatListIsNotCached) {
+    r.add("op", info("reference"), 0);
+    r.add("op", info("a"), 1);
+    auto s = r.slot("op");
+    bool registered = false;
+    auto admit = [&](const Registry::Entry &) {
+        if (!registered) {  // runs without the lock: no deadlock
+            registered = true;
+            r.add("op", info("late"), 2);
+        }
+        return true;
+    };
+    const auto during = r.candidates(*s, admit);
+    EXPECT_EQ(during->size(), 2u);  // built from the snapshot taken before the change
+    EXPECT_EQ(names(r, "op"), (std::vector<std::string>{"late", "a", "reference"}));
 }
 
 TEST_F(RegistryTest, SelectionParsing) {
@@ -228,6 +302,38 @@ TEST_F(RegistryTest, ConcurrentRegistrationAndLookup) {
         th.join();
     EXPECT_EQ(r.entries(*r.slot("op")).size(), 1u + kThreads * kPerThread);
     EXPECT_EQ(names(r, "op").size(), 1u + kThreads * kPerThread);
+}
+
+TEST_F(RegistryTest, ConcurrentDisableClearAndRebuildKeepTheReferenceLast) {
+    r.add("op", info("reference"), 0);
+    for (int i = 0; i < 64; ++i)
+        r.add("op", info("i" + std::to_string(i)), i + 1);
+    auto s = r.slot("op");
+    std::atomic<int> admitted{0};
+    auto admit = [&](const Registry::Entry &e) {
+        ++admitted;
+        return e.impl % 3 != 0;  // an environment predicate saying no to every third
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 300; ++i) {
+                auto c = r.candidates(*s, admit, /*fresh=*/i % 7 == 0);
+                ASSERT_FALSE(c->empty());
+                ASSERT_EQ(c->back()->info.name, "reference");
+                for (const auto &e : *c)
+                    ASSERT_TRUE(e->info.is_reference() || e->impl % 3 != 0);
+                if (t == 0 && i % 5 == 0)
+                    r.clear();
+                if (t == 1 && c->size() > 1)
+                    r.disable(*s, *c->front(), "RuntimeError");
+            }
+        });
+    }
+    for (auto &th : threads)
+        th.join();
+    EXPECT_GT(admitted.load(), 0);
+    EXPECT_EQ(r.candidates(*s, admit)->back()->info.name, "reference");
 }
 
 }  // namespace

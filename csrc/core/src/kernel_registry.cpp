@@ -49,6 +49,29 @@ DType dtype_from_name(const std::string &name) {
 const char *device_name(Device device) { return kDeviceNames[static_cast<int>(device)]; }
 const char *dtype_name(DType dtype) { return kDTypeNames[static_cast<int>(dtype)]; }
 
+void check_slot_name(const std::string &slot) {
+    if (slot.empty())
+        throw std::invalid_argument("a kernel slot name must not be empty");
+    if (trimmed(slot.c_str()) != slot)
+        throw std::invalid_argument("kernel slot name '" + slot +
+                                    "' must not start or end with whitespace");
+}
+
+void check_names(const std::string &slot, const std::string &impl) {
+    check_slot_name(slot);
+    const std::string where = "slot '" + slot + "': implementation name";
+    if (impl.empty())
+        throw std::invalid_argument(where + " must not be empty");
+    if (trimmed(impl.c_str()) != impl)
+        throw std::invalid_argument(where + " '" + impl +
+                                    "' must not start or end with whitespace");
+    const std::string lower = lowered(impl);
+    if (lower == "off" || (lower == ImplInfo::kReference && impl != ImplInfo::kReference))
+        throw std::invalid_argument(where + " '" + impl + "' is reserved: " +
+                                    Selection::kKernelsVar + "=" + impl +
+                                    " selects the references only");
+}
+
 Selection Selection::parse(const char *kernels, const char *hub) {
     Selection sel;
     // Implementation names are matched as written (trimmed); off/reference in any case.

@@ -12,17 +12,21 @@ first use of a slot, and with ``TURBO_PHYSAI_KERNELS=off`` the accelerated provi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from turbo_physai import _core
 from turbo_physai.kernels import providers
+from turbo_physai.kernels._signatures import check_arg_indices, predicate_takes_call_arguments
 
 __all__ = [
     "REFERENCE",
+    "REFERENCE_OPS",
     "active",
     "call",
+    "clear_cache",
     "implementations",
+    "iter_impls",
     "register",
     "resolve",
     "slot",
@@ -31,6 +35,9 @@ __all__ = [
 
 #: Name under which a slot's portable reference is registered; it is always the last resort.
 REFERENCE = "reference"
+
+#: The built-in slots that have a reference (LibreYOLO's name for the same tuple).
+REFERENCE_OPS: tuple[str, ...] = tuple(providers.REFERENCES)
 
 Slot = _core.Slot
 _slots: dict[str, Slot] = {}
@@ -49,16 +56,46 @@ def register(
     ``requires`` declares what the implementation accepts, checked natively from tensor
     metadata on every call: ``device`` and ``dtype`` (a name or list of names), ``contiguous``,
     ``rank`` (an int or ``(min, max)``), ``graph_capture=False`` (decline CUDA tensors while a
-    CUDA graph is captured) and ``args`` (positional indices to check; default: every tensor
-    argument). ``predicate(*args, **kwargs) -> bool`` runs in Python after that; one that raises
-    warns once and counts as "no". A duplicate ``name`` on the slot raises ValueError.
+    CUDA graph is captured) and ``args`` (positional indices of the implementation to check;
+    default: every tensor argument).
+
+    ``predicate`` must return a bool. One that takes no positional argument
+    (``def _eligible() -> bool``, LibreYOLO's form) describes the environment: it runs when the
+    slot's candidates are built and its answer is kept until :func:`clear_cache` or the next
+    registry change. Otherwise it is called with the call's arguments, after ``requires``.
+    A predicate that raises or returns a non-bool warns once and counts as "no".
+
+    An implementation may return None to decline an input: the next eligible one runs.
+    Raises ValueError for a duplicate or empty ``name``, an empty ``slot``, or a ``requires``
+    that names an argument the implementation cannot take; TypeError for a predicate that can
+    be called neither way.
     """
-    _core.kernel_register(slot, impl, name, predicate, None if requires is None else dict(requires))
+    per_call = predicate is not None and predicate_takes_call_arguments(slot, name, predicate)
+    if requires is not None and not isinstance(requires, Mapping):
+        raise TypeError(
+            f"requires of implementation {name!r} for slot {slot!r} must be a mapping, "
+            f"got {type(requires).__name__}"
+        )
+    spec = None if requires is None else dict(requires)
+    if spec and "args" in spec:
+        check_arg_indices(slot, name, impl, spec["args"])
+    _core.kernel_register(slot, impl, name, predicate, spec, predicate_per_call=per_call)
 
 
-def unregister(slot: str, name: str) -> None:
-    """Remove an implementation; raises LookupError if the slot has none of that name."""
-    _core.kernel_unregister(slot, name)
+def unregister(slot: str, name: str) -> bool:
+    """Remove an implementation. Removing one that is not registered does nothing (as in
+    LibreYOLO), so cleanups may run twice; returns whether something was removed."""
+    return _core.kernel_unregister(slot, name)
+
+
+def clear_cache() -> None:
+    """Forget the environment predicates' answers: each slot re-asks them on its next call.
+
+    Call it after changing what an environment predicate reads (an implementation that
+    switched itself off, say). Registrations, disables and the override variables invalidate
+    the cache by themselves; per-call requirements and predicates are never cached.
+    """
+    _core.kernel_clear_cache()
 
 
 def slot(name: str) -> Slot:
@@ -85,6 +122,20 @@ def resolve(slot_name: str, *args: Any, **kwargs: Any) -> Callable[..., Any] | N
     if slot_name not in _core.kernel_slots():
         return None
     return slot(slot_name).select(*args, **kwargs)
+
+
+def iter_impls(
+    slot_name: str, *args: Any, **kwargs: Any
+) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """``(name, impl)`` of every implementation a call would try, in order (reference last).
+
+    Environment predicates are asked afresh. With arguments, ``requires`` and per-call
+    predicates are checked for them too; without, they are not (as :func:`resolve`).
+    """
+    providers.ensure_loaded()
+    if slot_name not in _core.kernel_slots():
+        return iter(())
+    return iter(slot(slot_name).eligible(*args, **kwargs))
 
 
 def active() -> dict[str, str]:

@@ -66,8 +66,10 @@ HUB_KERNELS: tuple[HubKernel, ...] = ()
 
 
 class _HubImpl:
-    """Fetches its kernel on first call; a failure propagates to the registry, which falls back
-    and disables this implementation for the process with one warning."""
+    """Fetches its kernel on first call. A load failure of any kind is raised as ImportError,
+    which the registry reads as "broken": it falls back and disables this implementation for
+    the process with one warning (a ValueError from the resolver would otherwise read as a
+    rejected input and retry the download on every call)."""
 
     def __init__(self, spec: HubKernel) -> None:
         self.spec = spec
@@ -75,6 +77,11 @@ class _HubImpl:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._fn is None:
+            self._fn = self._load()
+        return self._fn(*args, **kwargs)
+
+    def _load(self) -> Callable[..., Any]:
+        try:
             import kernels  # the optional package: present, or this was never registered
 
             # The pinned commit is the trust decision, so no publisher allow-list is consulted.
@@ -83,8 +90,11 @@ class _HubImpl:
                 revision=self.spec.revision,
                 trust_remote_code=[self.spec.repo_id],
             )
-            self._fn = getattr(module, self.spec.function)
-        return self._fn(*args, **kwargs)
+            return getattr(module, self.spec.function)
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise ImportError(f"{self!r} could not be loaded: {type(exc).__name__}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"<hub kernel {self.spec.repo_id}@{self.spec.revision[:12]}:{self.spec.function}>"

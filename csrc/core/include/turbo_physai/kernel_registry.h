@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -94,6 +95,13 @@ struct Selection {
     bool admits(const ImplInfo &info) const;
 };
 
+/// Rejects names that could never be selected or told apart: an empty slot or implementation
+/// name, surrounding whitespace (TURBO_PHYSAI_KERNELS is trimmed), and "off" or "reference" in
+/// another case than the reference's own name (TURBO_PHYSAI_KERNELS reads them as "references
+/// only"). Throws std::invalid_argument naming the slot and the name.
+void check_slot_name(const std::string &slot);
+void check_names(const std::string &slot, const std::string &impl);
+
 /// Reads the override variables and tells whether they changed since the previous read. Not
 /// thread-safe on its own: the registry calls it under its mutex.
 class EnvironmentWatch {
@@ -111,15 +119,25 @@ private:
 
 /// Slot table: per slot, implementations in registration order. Candidates for a call are the
 /// admitted, enabled implementations newest first with the reference last. Candidate lists are
-/// cached per slot and rebuilt after any register/unregister/disable or override-variable change.
-/// `Impl` is the payload (a Python callable and predicate in the bindings); it is copied into
-/// shared, immutable entries so a call can run without holding the lock.
+/// cached per slot and rebuilt after any register/unregister/disable, an override-variable
+/// change or clear(). `Impl` is the payload (a Python callable and predicate in the bindings);
+/// it is copied into shared, immutable entries so a call can run without holding the lock.
 template <class Impl>
 class KernelRegistry {
 public:
+    /// One registration. Its disabled state belongs to it, not to its name: a new registration
+    /// under the name of a disabled (and unregistered) one starts enabled.
     struct Entry {
+        Entry(ImplInfo i, Impl p) : info(std::move(i)), impl(std::move(p)) {}
         ImplInfo info;
         Impl impl;
+
+        bool disabled() const { return disabled_.load(std::memory_order_acquire); }
+
+    private:
+        friend class KernelRegistry;
+        mutable std::atomic<bool> disabled_{false};
+        mutable std::string failure_;  // why it was disabled; guarded by the registry's mutex
     };
     using EntryPtr = std::shared_ptr<const Entry>;
     using Candidates = std::vector<EntryPtr>;
@@ -133,9 +151,9 @@ public:
         friend class KernelRegistry;
         std::string name_;
         std::vector<EntryPtr> entries_;  // registration order
-        std::vector<std::string> disabled_;
+        std::uint64_t generation_ = 0;   // bumped by every change to entries_ or their state
         std::shared_ptr<const Candidates> cached_;
-        std::uint64_t cached_env_epoch_ = 0;
+        std::uint64_t cached_generation_ = 0, cached_epoch_ = 0;
     };
     using SlotPtr = std::shared_ptr<Slot>;
 
@@ -163,7 +181,9 @@ public:
         return names;
     }
 
+    /// Throws std::invalid_argument for a name check_names() rejects or a duplicate name.
     void add(const std::string &slot_name, ImplInfo info, Impl impl) {
+        check_names(slot_name, info.name);
         SlotPtr s = slot(slot_name);
         std::lock_guard<std::mutex> lock(mutex_);
         for (const EntryPtr &e : s->entries_)
@@ -175,50 +195,55 @@ public:
         if (info.provider)
             at = std::find_if(s->entries_.begin(), s->entries_.end(),
                               [](const EntryPtr &e) { return !e->info.provider; });
-        s->entries_.insert(at, std::make_shared<const Entry>(Entry{std::move(info), std::move(impl)}));
-        s->cached_.reset();
+        s->entries_.insert(at, std::make_shared<const Entry>(std::move(info), std::move(impl)));
+        changed(*s);
     }
 
-    /// Throws std::out_of_range naming the slot and the implementations it does have.
-    void remove(const std::string &slot_name, const std::string &impl_name) {
+    /// Removes the named implementation; false (and nothing changes) when there is none, as
+    /// unregistering something absent is how a cleanup that may run twice stays simple.
+    bool remove(const std::string &slot_name, const std::string &impl_name) {
         SlotPtr s = find(slot_name);
+        if (!s)
+            return false;
         // Released after the lock: dropping the payload may run arbitrary code (a Python
         // __del__) that calls back into the registry.
         EntryPtr removed;
         std::shared_ptr<const Candidates> stale;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            if (s) {
-                for (auto it = s->entries_.begin(); it != s->entries_.end(); ++it) {
-                    if ((*it)->info.name == impl_name) {
-                        removed = *it;
-                        s->entries_.erase(it);
-                        stale = std::move(s->cached_);
-                        return;
-                    }
-                }
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = s->entries_.begin(); it != s->entries_.end(); ++it) {
+            if ((*it)->info.name == impl_name) {
+                removed = *it;
+                s->entries_.erase(it);
+                stale = std::move(s->cached_);
+                changed(*s);
+                return true;
             }
         }
-        throw std::out_of_range(missing(slot_name, impl_name, s.get()));
+        return false;
     }
 
-    /// Takes an implementation out of every candidate list for the rest of the process. True
-    /// only for the call that disabled it, so the caller warns exactly once.
-    bool disable(const std::string &slot_name, const std::string &impl_name) {
-        SlotPtr s = find(slot_name);
+    /// Takes one registration out of every candidate list for the rest of its life. True only
+    /// for the call that disabled it, so the caller warns exactly once.
+    bool disable(Slot &s, const Entry &entry, std::string failure) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!s)
-            throw std::out_of_range(missing(slot_name, impl_name, nullptr));
-        if (disabled_locked(*s, impl_name))
+        if (entry.disabled_.exchange(true, std::memory_order_acq_rel))
             return false;
-        s->disabled_.push_back(impl_name);
-        s->cached_.reset();
+        entry.failure_ = std::move(failure);
+        changed(s);
         return true;
     }
 
-    bool is_disabled(const Slot &s, const std::string &impl_name) const {
+    /// Why an entry was disabled ("" while it is enabled).
+    std::string failure(const Entry &entry) const {
         std::lock_guard<std::mutex> lock(mutex_);
-        return disabled_locked(s, impl_name);
+        return entry.failure_;
+    }
+
+    /// Drops every cached candidate list, so the next call of each slot re-admits its
+    /// implementations (the bindings re-run environment predicates then).
+    void clear() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++epoch_;
     }
 
     /// Every registered implementation of a slot, in registration order (disabled ones included).
@@ -235,57 +260,63 @@ public:
     }
 
     /// The candidate list for a call, newest first, reference last. Cheap when nothing changed:
-    /// one lock, two getenv reads, one shared_ptr copy.
-    std::shared_ptr<const Candidates> candidates(Slot &s) {
-        std::lock_guard<std::mutex> lock(mutex_);
+    /// one lock, two getenv reads, one shared_ptr copy. Otherwise it is rebuilt from the
+    /// enabled implementations the selection admits and for which `admit(entry)` holds (never
+    /// asked of the reference, the fallback that runs everywhere). `admit` runs without the
+    /// lock, so it may call back into the registry; a list built while something changed is
+    /// used for this call but not cached. `fresh` rebuilds even when the cache is valid.
+    template <class Admit>
+    std::shared_ptr<const Candidates> candidates(Slot &s, Admit &&admit, bool fresh = false) {
+        std::shared_ptr<const Candidates> replaced;  // released after the lock, like remove()'s
+        std::unique_lock<std::mutex> lock(mutex_);
         refresh_environment();
-        if (s.cached_ && s.cached_env_epoch_ == env_epoch_)
+        if (!fresh && s.cached_ && s.cached_generation_ == s.generation_ &&
+            s.cached_epoch_ == epoch_)
             return s.cached_;
-        auto list = std::make_shared<Candidates>();
-        const Selection &sel = env_.selection();
+        const std::uint64_t generation = s.generation_, epoch = epoch_;
+        const Selection sel = env_.selection();
+        Candidates admitted;
         EntryPtr reference;
         for (auto it = s.entries_.rbegin(); it != s.entries_.rend(); ++it) {
             const Entry &e = **it;
-            if (!sel.admits(e.info) || disabled_locked(s, e.info.name))
+            if (!sel.admits(e.info) || e.disabled())
                 continue;
             if (e.info.is_reference())
                 reference = *it;
             else
-                list->push_back(*it);
+                admitted.push_back(*it);
         }
+        lock.unlock();
+        auto list = std::make_shared<Candidates>();
+        for (EntryPtr &e : admitted)
+            if (admit(*e))
+                list->push_back(std::move(e));
         if (reference)
-            list->push_back(reference);
-        s.cached_ = list;
-        s.cached_env_epoch_ = env_epoch_;
-        return s.cached_;
+            list->push_back(std::move(reference));
+        lock.lock();
+        if (s.generation_ == generation && epoch_ == epoch) {
+            replaced = std::exchange(s.cached_, list);
+            s.cached_generation_ = generation;
+            s.cached_epoch_ = epoch;
+        }
+        return list;
+    }
+
+    std::shared_ptr<const Candidates> candidates(Slot &s) {
+        return candidates(s, [](const Entry &) { return true; });
     }
 
 private:
+    void changed(Slot &s) { ++s.generation_; }
     void refresh_environment() {
         if (env_.refresh())
-            ++env_epoch_;
-    }
-    static bool disabled_locked(const Slot &s, const std::string &name) {
-        for (const std::string &d : s.disabled_)
-            if (d == name)
-                return true;
-        return false;
-    }
-    static std::string missing(const std::string &slot_name, const std::string &impl_name,
-                               const Slot *s) {
-        std::string msg = "slot '" + slot_name + "' has no implementation named '" + impl_name + "'";
-        if (!s)
-            return msg + " (no such slot)";
-        msg += " (registered:";
-        for (const EntryPtr &e : s->entries_)
-            msg += " '" + e->info.name + "'";
-        return msg + ")";
+            ++epoch_;
     }
 
     mutable std::mutex mutex_;
     std::map<std::string, SlotPtr> slots_;
     EnvironmentWatch env_;
-    std::uint64_t env_epoch_ = 0;
+    std::uint64_t epoch_ = 0;  // bumped by override-variable changes and clear()
 };
 
 }  // namespace turbo_physai
