@@ -1,13 +1,14 @@
 """Per-call cost of the kernel registry, and fake_quant_fp8 C++ vs the PyTorch reference (CPU).
 
-    PYTHONPATH=src python benchmarks/registry.py
+    PYTHONPATH=src python benchmarks/registry.py [--registry-only] [--out JSON]
 
-Prints a table and writes benchmarks/results/registry.json. Figures are the best of several
-repeats (the least disturbed run), per call.
+Prints a table and writes benchmarks/results/registry.json (or JSON). Figures are the best of
+several repeats (the least disturbed run), per call.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import timeit
@@ -32,17 +33,26 @@ def registry_overhead():
     def impl(x, scale):
         return x
 
+    def decline(x, scale):
+        return None
+
     def predicate(x, scale):
         return x.device.type == "cpu" and x.dtype == torch.float32 and scale.dtype == torch.float32
+
+    def environment():  # LibreYOLO's `predicate=_eligible`: asked once, cached with the slot
+        return True
 
     native = {"device": "cpu", "dtype": "float32"}
     for name, kw in {
         "bench_plain": {},
         "bench_native": {"requires": native},
         "bench_predicate": {"predicate": predicate},
+        "bench_environment": {"predicate": environment},
     }.items():
         kernels.register(name, impl, name="reference")
         kernels.register(name, impl, name="fast", **kw)
+    kernels.register("bench_decline", impl, name="reference")
+    kernels.register("bench_decline", decline, name="declines")
     number = 200_000
     direct = per_call(lambda: impl(x, s), number)
     rows = []
@@ -50,6 +60,8 @@ def registry_overhead():
         ("registry, no requirements", "bench_plain"),
         ("registry, native requires (device+dtype, 2 tensors)", "bench_native"),
         ("registry, Python predicate (same checks)", "bench_predicate"),
+        ("registry, environment predicate (zero-argument)", "bench_environment"),
+        ("registry, newest returns None, the reference runs", "bench_decline"),
     ]:
         call = kernels.slot(slot)
         t = per_call(lambda call=call: call(x, s), number)
@@ -85,30 +97,38 @@ def fake_quant():
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--registry-only", action="store_true",
+                        help="only the per-call registry figures (no fake_quant_fp8 table)")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "registry.json"
+    )
+    args = parser.parse_args()
     results = {
         "machine": platform.machine(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "registry": registry_overhead(),
-        "fake_quant_fp8": fake_quant(),
     }
+    if not args.registry_only:
+        results["fake_quant_fp8"] = fake_quant()
     reg = results["registry"]
     print(f"direct call of the implementation: {reg['direct_call_ns']:.0f} ns")
     print(f"{'case':55s} {'per call':>10s} {'added':>10s}")
     for r in reg["rows"]:
         print(f"{r['case']:55s} {r['per_call_ns']:8.0f}ns {r['added_ns']:8.0f}ns")
-    print(
-        f"\n{'fake_quant_fp8 shape':22s} {'scale':8s} {'reference':>12s} {'C++ op':>10s} "
-        f"{'via slot':>10s} {'speedup':>8s}"
-    )
-    for r in results["fake_quant_fp8"]:
+    if "fake_quant_fp8" in results:
+        print(
+            f"\n{'fake_quant_fp8 shape':22s} {'scale':8s} {'reference':>12s} {'C++ op':>10s} "
+            f"{'via slot':>10s} {'speedup':>8s}"
+        )
+    for r in results.get("fake_quant_fp8", []):
         print(
             f"{str(tuple(r['shape'])):22s} {r['scale']:8s} {r['reference_us']:10.1f}us "
             f"{r['cpp_op_us']:8.1f}us {r['cpp_via_slot_us']:8.1f}us {r['speedup']:7.2f}x"
         )
-    out = Path(__file__).parent / "results" / "registry.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":
