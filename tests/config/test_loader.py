@@ -70,7 +70,7 @@ def test_turbophysai_layout_loads(tmp_path):
     ("optimization_groups:\n- id: a\n  options:\n    1: x\n", 7, "key 1 is not a string"),
     ("optimization_groups:\n- id: a\n  options: [1]\n", 6, "options: expected a mapping"),
     ("optimization_groups:\n- id: a\n  trust:\n    source_hashes: [x]\n", 7, "expected a mapping of target path"),
-    ("optimization_groups:\n- id: a\n  trust:\n    source_hashes:\n      m.f: md5:abc\n", 8, "is not a hash"),
+    ("optimization_groups:\n- id: a\n  trust:\n    source_hashes:\n      m.f: ['']\n", 8, "expected a non-empty string"),
     ("compatibility:\n  dependencies:\n    torch: '>>2'\n", 6, "compatibility.dependencies.torch"),
     ("compatibility:\n  allow_dirty: sometimes\n", 5, "compatibility.allow_dirty"),
     ("compatibility:\n  branch: main\n", 5, "compatibility.branch: unknown key"),
@@ -95,7 +95,7 @@ def test_errors_name_file_line_and_key(write, body, line, needle):
     ("schema_version: turbophysai/optimization-config/v1\nkind: OptimizationConfig\n", "metadata: required"),
     ("- a\n- b\n", "expected a mapping at the top level"),
     ("a: [1, 2\n", "invalid YAML"),
-    ("a: &x 1\nb: *x\n", "anchors (&name) are not allowed"),
+    ("a: &x 1\nb: *x\n", "anchors and aliases (&name, *name) are not allowed"),
     ("a: !!python/object:os.system {}\n", "invalid YAML"),
     ("? [1, 2]\n: x\n", "is not a plain value"),
 ])

@@ -2,11 +2,11 @@
 
 ``extends`` entries are either file paths (anything ending in ``.yaml``/``.yml`` or containing a
 ``/``), relative to the file that names them, or config IDs (``metadata.id``, TurboPhysAI's
-form) looked up among the YAML files next to the referring file and in the directories of
-``TURBO_PHYSAI_CONFIG_PATH``, then among the configs shipped with the built-in catalogs
-(:func:`shipped`; a file of the user's with the same ID wins). Parents are merged in the order
-listed, then the file itself on top (rules in :func:`_merge` and docs/config.md). A cycle is an
-error that shows the chain.
+form) found as :mod:`.lookup` describes (next to the file, ``TURBO_PHYSAI_CONFIG_PATH``,
+TurboPhysAI's ``optimizations/**/configs/optimization.yaml`` layout, then the shipped configs).
+Parents are merged in the order listed, then the file itself on top (rules in :func:`_merge`
+and docs/config.md). A cycle is an error that shows the chain. :data:`LIMITS` bound how many
+files one load may merge and how deep ``extends`` may chain.
 """
 
 from __future__ import annotations
@@ -15,18 +15,20 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import marks
+from . import lookup, marks
+from .lookup import CONFIG_PATH_ENV, SHIPPED_DIR, shipped
 from .model import ConfigError, GroupSelection, OptimizationConfig, Trust
 from .schema import validate
 
-CONFIG_PATH_ENV = "TURBO_PHYSAI_CONFIG_PATH"
-#: Configs shipped with the built-in catalogs (package data).
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "catalogs" / "configs"
+__all__ = ["CONFIG_PATH_ENV", "LIMITS", "SHIPPED_DIR", "load_config", "shipped"]
+
+#: Per load_config call: files merged through ``extends``, and the longest parent chain.
+LIMITS = {"files": 100, "chain": 16}
 
 
 def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
     """Load a v1 YAML config. Errors are ConfigError naming file:line and the key."""
-    data, sources = _resolve(Path(path).resolve(), (), str(path))
+    data, sources = _Load().resolve(Path(path).absolute(), (), str(path))
     groups = tuple(
         GroupSelection(
             g["id"],
@@ -50,72 +52,92 @@ def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
     )
 
 
-def _resolve(path: Path, chain: tuple[str, ...], via: str) -> tuple[dict[str, Any], list[str]]:
-    if str(path) in chain:
-        raise ConfigError(f"{via}: extends cycle: {' -> '.join((*chain, str(path)))}")
-    data = validate(marks.read(path), str(path))
-    merged: dict[str, Any] = _empty()
-    sources: list[str] = []
-    for entry, line in data["extends"]:
-        parent = _locate(entry, path, line)
-        parent_data, parent_sources = _resolve(parent, (*chain, str(path)), f"{path}:{line}")
-        merged = _merge(merged, parent_data)
-        sources += [s for s in parent_sources if s not in sources]
-    return _merge(merged, data), [*sources, str(path)]
+class _Load:
+    """One load: the files read so far and the ID index, so each file is parsed once."""
+
+    def __init__(self) -> None:
+        self.index = lookup.Index()
+        self.files = 0
+
+    def resolve(
+        self, path: Path, chain: tuple[str, ...], via: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        path = _real(path)
+        if str(path) in chain:
+            raise ConfigError(f"{via}: extends cycle: {' -> '.join((*chain, str(path)))}")
+        if len(chain) >= LIMITS["chain"]:
+            raise ConfigError(f"{via}: extends chains more than {LIMITS['chain']} files deep")
+        self.files += 1
+        if self.files > LIMITS["files"]:
+            raise ConfigError(f"{via}: extends merges more than {LIMITS['files']} files")
+        data = validate(marks.read(path), str(path))
+        merged: dict[str, Any] = _empty()
+        sources: list[str] = []
+        for entry, line in data["extends"]:
+            parent = self.locate(entry, path, line)
+            parent_data, parent_sources = self.resolve(
+                parent, (*chain, str(path)), f"{path}:{line}"
+            )
+            merged = _merge(merged, parent_data)
+            sources += [s for s in parent_sources if s not in sources]
+        return _merge(merged, data), [*sources, str(path)]
+
+    def locate(self, entry: str, referrer: Path, line: int) -> Path:
+        where = f"{referrer}:{line}: extends: {entry!r}"
+        if entry.endswith((".yaml", ".yml")) or "/" in entry or os.sep in entry:
+            candidate = referrer.parent / entry
+            if not candidate.is_file():
+                raise ConfigError(f"{where}: no such file {candidate}")
+            return candidate
+        found = self.index.find(entry, referrer)
+        if len(found) > 1:
+            raise ConfigError(f"{where}: config ID is declared by both {found[0]} and {found[1]}")
+        if not found and entry in shipped():
+            found = [shipped()[entry]]
+        if not found:
+            raise ConfigError(f"{where}: {self._not_found(entry, referrer)}")
+        return found[0]
+
+    def _not_found(self, entry: str, referrer: Path) -> str:
+        places = [str(referrer.parent)] + [
+            d for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d
+        ]
+        root = lookup.layout_root(referrer)
+        if root is not None:
+            places.append(f"{root}/**/configs/optimization.yaml")
+        message = (
+            f"no config with metadata.id {entry!r} in {', '.join(places)} or among the shipped "
+            f"configs ({', '.join(sorted(shipped())) or 'none'})"
+        )
+        recipes = [
+            str(p)
+            for d in {referrer.parent, *(p.parent for p in self.index.find(entry, referrer))}
+            for p in (d / name for name in sorted(lookup.RECIPES))
+            if p.is_file() and self.index.id_of(p, entry) == entry
+        ]
+        if recipes:
+            message += (
+                f"; {recipes[0]} declares it, but recipes are not extends targets: generate the "
+                "optimization.yaml from it (turbo-physai generate --recipe)"
+            )
+        problems = self.index.problems(entry)
+        if problems:
+            message += f"; a file that could not be read mentions it: {problems[0]}"
+        if self.index.truncated:
+            message += f" (the search of {self.index.truncated[0]} stopped after "
+            message += f"{lookup.SCAN_LIMIT} folders)"
+        return message
 
 
 def _empty() -> dict[str, Any]:
     return {"metadata": {}, "model": {}, "catalogs": [], "compatibility": {}, "groups": []}
 
 
-def _locate(entry: str, referrer: Path, line: int) -> Path:
-    where = f"{referrer}:{line}: extends: {entry!r}"
-    if entry.endswith((".yaml", ".yml")) or "/" in entry or os.sep in entry:
-        candidate = (referrer.parent / entry).resolve()
-        if not candidate.is_file():
-            raise ConfigError(f"{where}: no such file {candidate}")
-        return candidate
-    dirs = [referrer.parent] + [
-        Path(d) for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d
-    ]
-    found = _with_id(entry, dirs)
-    if len(found) > 1:
-        raise ConfigError(f"{where}: config ID is declared by both {found[0]} and {found[1]}")
-    if not found:
-        found = _with_id(entry, [SHIPPED_DIR])
-    if not found:
-        raise ConfigError(
-            f"{where}: no config with metadata.id {entry!r} in "
-            f"{', '.join(str(d) for d in dirs)} or among the shipped configs "
-            f"({', '.join(sorted(shipped())) or 'none'})"
-        )
-    return found[0]
-
-
-def _with_id(config_id: str, dirs: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for directory in dirs:
-        for candidate in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-            if candidate.resolve() not in found and _config_id(candidate) == config_id:
-                found.append(candidate.resolve())
-    return found
-
-
-def shipped() -> dict[str, Path]:
-    """The configs shipped with the built-in catalogs, by ``metadata.id``: usable in
-    ``extends`` by ID, or loaded directly with ``load_config(shipped()[id])``."""
-    files = sorted([*SHIPPED_DIR.glob("*.yaml"), *SHIPPED_DIR.glob("*.yml")])
-    return {config_id: path for path in files if (config_id := _config_id(path)) is not None}
-
-
-def _config_id(path: Path) -> Any:
-    # Unrelated or broken YAML files next to a config must not break ID lookup.
+def _real(path: Path) -> Path:
     try:
-        raw = marks.read(path)
-    except ConfigError:
-        return None
-    meta = raw.get("metadata") if isinstance(raw, dict) else None
-    return meta.get("id") if isinstance(meta, dict) else None
+        return path.resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise ConfigError(f"{path}: cannot read: {err}") from None
 
 
 def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:

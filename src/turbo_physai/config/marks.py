@@ -1,20 +1,40 @@
-"""YAML reading that remembers where every key and item came from.
+"""YAML reading that remembers where every key and item came from, within documented limits.
 
-PyYAML's SafeLoader drops positions once it has built Python objects. This subclass builds
-mappings and sequences that keep the 1-based line of each key / item, so every schema error can
-name ``file:line`` and the key. It also refuses what a config never needs and what makes a
-loader unsafe or ambiguous: anchors/aliases (exponential "billion laughs" expansion, recursive
-structures) and duplicate keys (PyYAML would silently keep the last one).
+PyYAML's constructors drop positions once they have built Python objects. The constructors
+here build mappings and sequences that keep the 1-based line of each key / item, so every
+schema error can name ``file:line`` and the key. They also refuse what a config never needs
+and what makes a loader unsafe or ambiguous: anchors/aliases (exponential "billion laughs"
+expansion, recursive structures) and duplicate keys (PyYAML would silently keep the last one).
+
+Whatever the bytes, only :class:`ConfigError` leaves :func:`read` / :func:`parse`: a value
+PyYAML's own constructors choke on (``!!bool maybe``, ``!!timestamp garbage``, a 5000-digit
+integer, ``2020-13-45``) becomes an error naming its line. Inputs beyond :data:`LIMITS` are
+refused before they cost memory or time: a file's size is checked before it is read, the
+node count and depth while it is built.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .model import ConfigError
+
+#: Limits on one config file. Real configs are a few KB (TurboPhysAI's largest: 13 KB,
+#: 80 groups would be ~60 KB); these stop a hostile or broken file in well under a second.
+LIMITS = {
+    "bytes": 512 * 1024,  # checked with stat() before reading
+    "nodes": 50_000,  # YAML scalars + mappings + sequences
+    "depth": 64,  # nesting of mappings/sequences
+}
+
+# libyaml (shipped in PyYAML's wheels) parses ~10x faster than the pure-Python parser; the
+# constructors below run on either.
+_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class MarkedDict(dict):
@@ -31,21 +51,43 @@ class MarkedList(list):
     lines: list[int]
 
 
-class _Loader(yaml.SafeLoader):
-    def compose_node(self, parent, index):  # noqa: ANN001 (PyYAML's signature)
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise _Located(event.start_mark.line + 1, "YAML aliases (*name) are not allowed")
-        event = self.peek_event()
-        if getattr(event, "anchor", None):
-            raise _Located(event.start_mark.line + 1, "YAML anchors (&name) are not allowed")
-        return super().compose_node(parent, index)
-
-
 class _Located(Exception):
     def __init__(self, line: int, message: str):
         super().__init__(message)
         self.line = line
+
+
+class _Loader(_BASE):
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._nodes = 0
+        self._depth = 0
+
+    def construct_object(self, node, deep=False):  # noqa: ANN001 (PyYAML's signature)
+        line = node.start_mark.line + 1
+        # Each node is constructed once; asking again means an alias (*name) points at it. The
+        # composer shares the node, so this holds for the C and the Python parser alike.
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise _Located(line, "YAML anchors and aliases (&name, *name) are not allowed")
+        self._nodes += 1
+        if self._nodes > LIMITS["nodes"]:
+            raise _Located(line, f"more than {LIMITS['nodes']} YAML nodes (the limit)")
+        self._depth += 1
+        try:
+            if self._depth > LIMITS["depth"]:
+                raise _Located(line, f"nested deeper than {LIMITS['depth']} levels (the limit)")
+            return super().construct_object(node, deep=deep)
+        except (_Located, yaml.YAMLError):
+            raise
+        except RecursionError:
+            raise _Located(line, "YAML nested too deeply") from None
+        except Exception as err:  # a value PyYAML's constructors cannot read
+            value = node.value if isinstance(node, yaml.ScalarNode) else "..."
+            raise _Located(
+                line, f"cannot read {node.tag.rsplit(':', 1)[-1]} value {value!r:.60}: {err}"
+            ) from None
+        finally:
+            self._depth -= 1
 
 
 def _mapping(loader: _Loader, node: yaml.MappingNode) -> MarkedDict:
@@ -57,9 +99,9 @@ def _mapping(loader: _Loader, node: yaml.MappingNode) -> MarkedDict:
         try:
             duplicate = key in out
         except TypeError:
-            raise _Located(line, f"mapping key {key!r} is not a plain value") from None
+            raise _Located(line, f"mapping key {key!r:.60} is not a plain value") from None
         if duplicate:
-            raise _Located(line, f"duplicate key {key!r} (first on line {out.lines[key]})")
+            raise _Located(line, f"duplicate key {key!r:.60} (first on line {out.lines[key]})")
         out[key] = loader.construct_object(value_node, deep=True)
         out.lines[key] = line
     return out
@@ -76,10 +118,16 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _mapping)
 _Loader.add_constructor("tag:yaml.org,2002:seq", _sequence)
 
 
-def parse(text: str, where: str) -> Any:
+def parse(text: str | bytes, where: str) -> Any:
     """Parse one YAML document; any problem is a ConfigError naming ``where:line``."""
+    if len(text) > LIMITS["bytes"]:
+        raise ConfigError(f"{where}: larger than {LIMITS['bytes']} bytes (the limit)")
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        loader = _Loader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _Located as err:
         raise ConfigError(f"{where}:{err.line}: {err}") from None
     except yaml.MarkedYAMLError as err:
@@ -90,13 +138,29 @@ def parse(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: invalid YAML: {err}") from None
     except RecursionError:
         raise ConfigError(f"{where}: YAML nested too deeply") from None
+    except (ValueError, TypeError, MemoryError) as err:  # the C reader's own complaints
+        raise ConfigError(f"{where}: invalid YAML: {type(err).__name__}: {err}") from None
 
 
 def read(path: str | Path) -> Any:
+    """Read and parse a config file: a regular file (FIFOs, devices and directories would
+    block or mislead), at most ``LIMITS["bytes"]`` long, UTF-8."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        info = os.stat(path)  # follows symlinks; a loop raises OSError (ELOOP)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        if info.st_size > LIMITS["bytes"]:
+            raise ConfigError(
+                f"{path}: {info.st_size} bytes, larger than {LIMITS['bytes']} (the limit)"
+            )
+        with open(path, "rb") as stream:
+            data = stream.read(LIMITS["bytes"] + 1)  # the size may have lied (/proc, growth)
+    except (OSError, RuntimeError) as err:  # RuntimeError: pathlib's symlink-loop report
         raise ConfigError(f"{path}: cannot read: {err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err}") from None
     return parse(text, str(path))
 
 

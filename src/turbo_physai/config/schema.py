@@ -7,7 +7,6 @@ shipped configs load as they are.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +31,6 @@ MODEL = {"name"}
 COMPATIBILITY = {"commits", "allow_dirty", "dependencies", "backend", "repository"}
 GROUP = {"id", "enabled", "options", "trust"}
 TRUST = {"source_hashes", "ast_hashes"}
-_HASH = re.compile(r"^[a-z]+-v[0-9]+:[0-9a-f]{16,}$")
 
 
 class Located:
@@ -234,13 +232,9 @@ def _hashes(f: Located, trust: Mapping[str, Any], kind: str, path: str) -> dict[
     for target in table:
         if not isinstance(target, str):
             raise f.error(table, target, path, f"target {target!r} is not a string")
-        hashes = f.strings(table, target, f"{path}.{target}", one_allowed=True)
-        for h in hashes:
-            if not _HASH.match(h):
-                raise f.error(
-                    table, target, f"{path}.{target}", f"{h!r} is not a hash like 'source-v1:<hex>'"
-                )
-        out[target] = hashes
+        # Any string loads (as in TurboPhysAI): check() verifies the formats it can compute
+        # and reports the others as unverifiable, a placeholder as a mismatch.
+        out[target] = f.strings(table, target, f"{path}.{target}", one_allowed=True)
     return out
 
 
