@@ -45,7 +45,7 @@ def test_unresolvable_target_names_group_and_target(declared):
         generate(["gen.missing"], metadata={"id": "x", "version": "1"})
 
 
-def test_property_accessors_each_get_evidence(declared):
+def test_a_property_gets_one_hash_of_its_accessors_together(declared):
     declared(group("gen.prop", replace("tpa_fixture_lib.shapes.SparseTensor.sparity",
                                        "tpa_fixture_opt.sparity")))
     trust = evidence(registry.get("gen.prop"))

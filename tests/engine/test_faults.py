@@ -186,9 +186,9 @@ def test_evidence_mismatch_blocks_and_force_overrides():
 
 
 def test_evidence_match_passes():
-    from turbo_physai.engine.evidence import hashes
+    from turbo_physai.engine.evidence import identity
 
-    source, tree = hashes(shapes.gaussian_2d)
+    tree = identity(shapes.gaussian_2d)["ast-v1"]
     g = group("ev", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"))
     cfg = tpa.OptimizationConfig(
         (tpa.GroupSelection("ev", trust=tpa.Trust({}, {f"{LIB}.shapes.gaussian_2d": (tree,)})),)

@@ -2,9 +2,10 @@
 
 Requested IDs -> dependency closure, import-compatibility groups first, stable order, and
 conflicts, all from the C++ planner. Every replace/wrap target is resolved (its module is
-imported) and hashed: ``source-v1``/``ast-v1`` per property accessor or object, ``native-v1``
-for objects without Python source. The installed versions of the packages the groups touch are
-recorded as ``compatibility.dependencies``, checked later with PEP 440 specifiers.
+imported) and hashed in TurboPhysAI's formats: ``source-v1``/``ast-v1`` for Python code (a
+property's accessors together), ``artifact-v1`` for objects of compiled extensions, else our
+``native-v1`` (see engine/evidence.py). The installed versions of the packages the groups
+touch are recorded as ``compatibility.dependencies``, checked later with PEP 440 specifiers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import yaml
 from .. import _core
 from ..engine.catalog import planner_node, registry
 from ..engine.declarations import Group
-from ..engine.evidence import accessors, hashes
+from ..engine.evidence import record
 from ..engine.paths import ResolutionError, resolve
 from ..engine.report import write_atomic
 from .checks import distributions
@@ -96,12 +97,7 @@ def evidence(group: Group) -> Trust:
             location = resolve(decl.target)
         except ResolutionError as err:
             raise GenerateError(f"group {group.id!r}: target {decl.target!r}: {err}") from None
-        src, ast_ = [], []
-        for _, obj in accessors(location.found):
-            s, a = hashes(obj)
-            src.append(s)
-            if a != s:  # native objects have one fingerprint, recorded once
-                ast_.append(a)
+        src, ast_ = record(location.found)
         source[decl.target] = tuple(src)
         if ast_:
             tree[decl.target] = tuple(ast_)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import _core
-from .. import kinds
+from .. import evidence, kinds
 from ..declarations import Replace, Wrap
-from ..evidence import accessors, hashes
 from ..paths import Location, ResolutionError, resolve, resolve_object, unwrap_descriptor
 from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
 from .base import PrepareContext, Prepared, Transaction
@@ -135,27 +134,11 @@ def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks
     if ctx.trust.empty:
         checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
         return
-    # Evidence is recorded per target path (TurboPhysAI's v1 layout); a property's accessors
-    # are all checked against the hashes recorded for the property's path.
-    accepted_source = ctx.trust.source_hashes.get(decl.target, ())
-    accepted_ast = ctx.trust.ast_hashes.get(decl.target, ())
-    for accessor, obj in accessors(target.found):
-        source, tree = hashes(obj)
-        label = f"{decl.target}.{accessor}" if accessor else decl.target
-        if source in accepted_source or tree in accepted_ast:
-            checks.append(Check("source.identity", PASS, label, actual=source))
-        else:
-            checks.append(
-                Check(
-                    "source.identity",
-                    FAIL,
-                    f"{label} changed since the config was generated",
-                    expected={"source": list(accepted_source), "ast": list(accepted_ast)},
-                    actual={"source": source, "ast": tree},
-                    overrideable=True,
-                    reason="source.identity",
-                )
-            )
+    # Evidence is recorded per target path (TurboPhysAI's v1 layout); formats in evidence.py.
+    accepted = evidence.recorded(
+        ctx.trust.source_hashes.get(decl.target, ()), ctx.trust.ast_hashes.get(decl.target, ())
+    )
+    checks.append(evidence.verify(decl.target, target.found, accepted))
 
 
 def _signature_check(found: Any, new: Any) -> Check:
