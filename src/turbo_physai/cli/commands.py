@@ -137,8 +137,13 @@ class _Progress:
 
 
 def check(args: argparse.Namespace) -> int:
+    from ..config.runtime import is_runtime_config
     from ..engine.session import check as run_check
 
+    if is_runtime_config(args.config):
+        from .run import check_runtime
+
+        return check_runtime(args)
     report = run_check(
         args.config,
         force_groups=args.force_group,

@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "check",
         parents=[out, trust, select],
-        help="check a config against the code here; install nothing",
+        help="check a config (or a RuntimeConfig) against the code here; install nothing",
     )
     p.add_argument("config")
     p.add_argument("--report", metavar="FILE", help="also write the JSON report to FILE")
@@ -105,7 +105,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", help="OptimizationConfig to apply (none: only RuntimeConfig and reports)"
     )
-    p.add_argument("--runtime-config", help="RuntimeConfig: environment and CPU affinity")
+    p.add_argument("--runtime-config", help="RuntimeConfig: environment, CPU and NUMA placement")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable of the command (after the RuntimeConfig)")
+    p.add_argument("--disable-numa", action="store_true",
+                   help="no NUMA binding this time, whatever the RuntimeConfig says")
     p.add_argument(
         "--report-dir",
         default="turbophysai_reports",

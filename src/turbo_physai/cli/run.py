@@ -2,8 +2,9 @@
 
 The command gets ``launch/site`` first on PYTHONPATH (its sitecustomize does the work in each
 process, see :mod:`turbo_physai.launch.process`), the run settings in ``TURBO_PHYSAI_RUN`` and
-the RuntimeConfig's environment. When it ends, the per-process reports of this run are merged
-into ``<report-dir>/report.json`` and ``report.md``: one report listing every process/rank.
+the RuntimeConfig's environment, then ``--set`` on top. When it ends, the per-process reports
+of this run are merged into ``<report-dir>/report.json`` and ``report.md``: one report listing
+every process/rank. :func:`check_runtime` is ``turbo-physai check`` of a RuntimeConfig.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 import turbo_physai
 
 from ..config import ConfigError, load_config
-from ..config.runtime import load_runtime_config
+from ..config.runtime import RuntimeConfig, load_runtime_config, loads_code, overrides
 from ..engine.report import write_atomic
 from ..launch import ENV_HOME, ENV_SETTINGS, EXIT_ACTIVATION, SITE_DIR
+from . import render
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         parsed = load_config(args.config)
         discovery.load(parsed.catalogs, trust=args.trust_config)
         config = str(Path(args.config).resolve())
-    runtime = load_runtime_config(args.runtime_config) if args.runtime_config else None
+    runtime = _runtime(args)
     report_dir = Path(args.report_dir).resolve()
     run_id = uuid.uuid4().hex[:12]
     settings = {
@@ -47,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
         "trust": args.trust_config,
         "report_dir": str(report_dir),
         "run_id": run_id,
-        "affinity": {str(r): list(c) for r, c in runtime.rank_affinity.items()} if runtime else {},
+        "placement": runtime.placement(numa=False if args.disable_numa else None)
+        if runtime
+        else None,
     }
-    env = runtime.environ(os.environ) if runtime else dict(os.environ)
+    env = (runtime or RuntimeConfig()).environ(os.environ, overrides(args.set))
     env[ENV_SETTINGS] = json.dumps(settings)
     env[ENV_HOME] = str(Path(turbo_physai.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE_DIR), env.get("PYTHONPATH")]))
@@ -75,6 +79,61 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_ACTIVATION
     return status
+
+
+def _runtime(args: argparse.Namespace) -> RuntimeConfig | None:
+    """The RuntimeConfig, refused when it sets a code-loading variable without trust."""
+    if not args.runtime_config:
+        return None
+    runtime = load_runtime_config(args.runtime_config)
+    untrusted = runtime.untrusted()
+    if untrusted and not args.trust_config:
+        raise ConfigError(
+            f"{untrusted[0]}: setting it makes processes load code from where its value points; "
+            "a config is data: pass --trust-config to let this RuntimeConfig set "
+            + ", ".join(u.rsplit(": ", 1)[1] for u in untrusted)
+        )
+    return runtime
+
+
+def check_runtime(args: argparse.Namespace) -> int:
+    """``turbo-physai check RUNTIME.yaml``: what the file would do here. Exit 1 when ``run``
+    would refuse it (code-loading variables without --trust-config) or a rank could not be
+    placed as it asks on this machine."""
+    from ..launch.placement import nodes
+
+    runtime = load_runtime_config(args.config)
+    here = nodes()
+    rows, findings = [], []
+    for name, value in runtime.set.items():
+        note = ""
+        if loads_code(name):
+            note = "loads code" if args.trust_config else "loads code: needs --trust-config"
+            if not args.trust_config:
+                findings.append(f"{name}: loads code; run needs --trust-config")
+        rows.append(["set", name, value, note])
+    rows += [["unset", name, "", ""] for name in runtime.unset]
+    for rank, node in sorted(runtime.rank_numa.items()):
+        note = "cpus + memory" if node in here else f"node {node} does not exist here"
+        if node not in here and runtime.numa:
+            findings.append(f"rank_numa.{rank}: {note}")
+        rows.append(["rank_numa", str(rank), str(node), note])
+    for rank, cpus in sorted(runtime.rank_affinity.items()):
+        bad = sorted(set(cpus) - os.sched_getaffinity(0))
+        if bad:
+            findings.append(f"rank_affinity.{rank}: CPUs {bad} not usable here")
+        rows.append(["rank_affinity", str(rank), ",".join(map(str, cpus)), ""])
+    auto = "each rank to its GPU's node" if len(here) > 1 else "nothing (one NUMA node here)"
+    rows.append(["numa", "", str(runtime.numa).lower(), f"binds {auto}" if runtime.numa else ""])
+    if args.json:
+        render.emit_json({"kind": "RuntimeConfig", "numa_nodes": sorted(here),
+                          "rows": rows, "findings": findings})
+    else:
+        render.table(f"RuntimeConfig {args.config}: {len(findings)} finding(s)",
+                     ["what", "name", "value", "note"], rows)
+        for finding in findings:
+            render.console.print(f"  [red]{finding}[/]")
+    return 1 if findings else 0
 
 
 def merge(report_dir: Path, run_id: str, command: list[str], status: int) -> dict[str, Any]:

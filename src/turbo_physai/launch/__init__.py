@@ -12,7 +12,7 @@ from pathlib import Path
 #: ``turbo-physai run`` when any process of the command failed that way.
 EXIT_ACTIVATION = 86
 
-#: JSON settings of the run: config, force, disable, trust, report_dir, run_id, affinity.
+#: JSON settings of the run: config, force, disable, trust, report_dir, run_id, placement.
 ENV_SETTINGS = "TURBO_PHYSAI_RUN"
 #: Where turbo_physai itself lives, for interpreters that would not find it otherwise.
 ENV_HOME = "TURBO_PHYSAI_HOME"

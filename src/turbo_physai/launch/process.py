@@ -2,7 +2,8 @@
 
 Launcher processes (torchrun, ``python -m torch.distributed.run``, accelerate, turbo-physai
 itself) skip activation: they start the ranks and never run model code. Every other process
-pins its CPUs (RuntimeConfig), applies the config strictly, and writes its report to
+places itself (CPU affinity and NUMA binding from the RuntimeConfig, see placement.py),
+applies the config strictly, and writes its report to
 ``<report_dir>/process-<run>-<rank>-<pid>.json`` (again at exit, with dispatcher counts). A
 process whose activation fails writes its report, explains on stderr and exits with
 EXIT_ACTIVATION before any user code runs: no rank trains unoptimized by surprise.
@@ -83,7 +84,10 @@ def activate() -> None:
     settings = json.loads(os.environ[ENV_SETTINGS])
     record = Record(settings)
     try:
-        _pin_cpus(settings.get("affinity") or {})
+        if settings.get("placement"):
+            from .placement import place
+
+            record.data["placement"] = place(settings["placement"]).to_dict()
         record.report = _apply(settings)
     except Exception as err:  # any failure to activate stops this process before user code
         from ..engine.session import ApplyError
@@ -119,12 +123,6 @@ def _apply(settings: dict[str, Any]) -> Any:
     return apply(settings["config"], force_groups=settings.get("force", ()),
                  disable_groups=settings.get("disable", ()), trust=settings.get("trust", False),
                  strict=True)
-
-
-def _pin_cpus(affinity: dict[str, list[int]]) -> None:
-    cpus = affinity.get(os.environ.get("LOCAL_RANK", "0"))
-    if cpus:
-        os.sched_setaffinity(0, cpus)
 
 
 def _int(value: str | None) -> int | None:
