@@ -8,6 +8,8 @@ import pytest
 
 from turbo_physai import group, replace
 from turbo_physai.catalogs import discovery
+from turbo_physai.config.checks import gate
+from turbo_physai.engine import catalog
 from turbo_physai.engine.catalog import GroupRegistry
 from turbo_physai.engine.declarations import DeclarationError
 
@@ -41,12 +43,36 @@ def fake_catalogs(monkeypatch):
     return install
 
 
-def test_duplicate_group_ids_name_both_catalogs(fake_catalogs):
-    g = group("dup.g", replace("a.b", "c.d"))
-    fake_catalogs(cat_one=[g], cat_two=[group("dup.g", replace("e.f", "g.h"))])
+def test_an_id_two_catalogs_declare_goes_to_the_one_the_config_names(fake_catalogs,
+                                                                      monkeypatch):
+    one = group("dup.g", replace("a.b", "c.d"))
+    two = group("dup.g", replace("e.f", "g.h"))
+    fake_catalogs(cat_one=[one, group("other.g", replace("i.j", "k.l"))], cat_two=[two])
+    fresh = GroupRegistry()
+    monkeypatch.setattr(catalog, "registry", fresh)
+    discovery.load(into=fresh)  # named by nobody: kept, first registered active, blocked
+    assert fresh.get("dup.g").declarations == one.declarations
+    assert fresh.choice("dup.g") == (None, ("cat_one", "cat_two"))
+    assert fresh.choice("other.g") is None
+    [check] = gate(None)(fresh.get("dup.g"))
+    assert check.code == "catalog.duplicate" and check.blocks and not check.overrideable
+    assert "cat_one and cat_two" in check.message
+    assert gate(None)(fresh.get("other.g")) == []
+    for name in ("cat_two", "ep-cat_two"):  # by module path or by entry-point name
+        discovery.load([name], into=fresh)
+        assert fresh.get("dup.g").declarations == two.declarations
+        [check] = gate(None)(fresh.get("dup.g"))
+        assert (check.code, check.status, check.actual) == ("catalog.choice", "warning", "cat_two")
+    discovery.load(["cat_one", "cat_two"], into=fresh)  # both named: ambiguous again
+    assert fresh.choice("dup.g") == (None, ("cat_one", "cat_two"))
+
+
+def test_registering_an_id_twice_directly_names_both():
+    fresh = GroupRegistry()
+    fresh.register(group("dup.g", replace("a.b", "c.d")), source="cat_one")
     with pytest.raises(DeclarationError, match="'dup.g' is declared by both 'cat_one' and "
                                                "'cat_two'"):
-        discovery.load(into=GroupRegistry())
+        fresh.register(group("dup.g", replace("e.f", "g.h")), source="cat_two")
 
 
 def test_broken_catalog_is_named(fake_catalogs, monkeypatch):

@@ -4,8 +4,11 @@ A catalog module declares groups either as ``GROUPS = (...)`` or as module-level
 (in definition order). An entry point's value is the catalog module (``pkg.catalog``).
 
 Security: a config is data. Its ``optimization_modules`` may only name installed catalogs (by
-entry-point name or module path); anything else would make us import arbitrary code, so it is
-refused unless the caller passes ``trust=True`` (``--trust-config`` on the CLI).
+entry-point name, module path or an alias in ``ALIASES``); anything else would make us import
+arbitrary code, so it is refused unless the caller passes ``trust=True`` (``--trust-config``).
+
+A group ID that several catalogs declare goes to the catalog the config names (see
+:mod:`turbo_physai.engine.catalog`): every load ends with ``GroupRegistry.choose``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from types import ModuleType
 from ..config import ConfigError
 from ..engine.catalog import GroupRegistry, registry
 from ..engine.declarations import Group
-from . import BUILTIN
+from . import ALIASES, BUILTIN
 
 ENTRY_POINT_GROUP = "turbo_physai.catalogs"
 
@@ -63,8 +66,9 @@ _lock = threading.Lock()
 def load(names: Iterable[str] = (), *, trust: bool = False, into: GroupRegistry = registry) -> None:
     """Register every installed catalog (once per registry), then the catalogs ``names`` (a
     config's ``optimization_modules``) that are not installed, only when ``trust`` is set."""
+    names = list(names)
     sources = installed()
-    known = {s.name for s in sources} | {s.module for s in sources}
+    known = {s.name for s in sources} | {s.module for s in sources} | set(ALIASES)
     strangers = [n for n in names if n not in known]
     if strangers and not trust:
         raise CatalogError(
@@ -79,10 +83,20 @@ def load(names: Iterable[str] = (), *, trust: bool = False, into: GroupRegistry 
             s for s in sources + [CatalogSource(n, n) for n in strangers] if s.module not in done
         ]
         for source in todo:
-            into.register(*groups_of(_import(source)), source=source.module)
+            into.register(*groups_of(_import(source)), source=source.module, duplicates="keep")
             done.add(source.module)
         if todo:
             into.validate()
+        into.choose(named(names, sources))
+
+
+def named(names: Iterable[str], sources: Iterable[CatalogSource]) -> set[str]:
+    """The catalog modules that ``names`` (a config's ``optimization_modules``) stand for."""
+    by_name = {s.name: s.module for s in sources}
+    out: set[str] = set()
+    for name in names:
+        out.update(ALIASES.get(name, (by_name.get(name, name),)))
+    return out
 
 
 def groups_of(module: ModuleType) -> list[Group]:

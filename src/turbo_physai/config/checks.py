@@ -7,6 +7,9 @@
   repository of the working directory is the model's. A HEAD outside the list is a warning
   (the target evidence decides); uncommitted changes fail unless ``allow_dirty: true``
   (overrideable by force). Both apply to every group.
+- ``catalog.choice`` / ``catalog.duplicate``: for an ID several catalogs declare, which one the
+  config named (a warning) or that it named none of them (fails, not overrideable); see
+  :mod:`turbo_physai.engine.catalog`. These come also without a config.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..engine import catalog
 from ..engine.declarations import Group
 from ..engine.report import FAIL, PASS, UNKNOWN, WARNING, Check
 from .model import ConfigError, OptimizationConfig
@@ -31,7 +35,7 @@ GroupChecks = Callable[[Group], list[Check]]
 def gate(config: OptimizationConfig | None) -> GroupChecks:
     """Build the checks once per check/apply run; the result gives fresh Checks per group."""
     if config is None:
-        return lambda group: []
+        return _declared_by
     pins = {
         canonicalize_name(name): _specs(name, specs)
         for name, specs in config.compatibility.get("dependencies", {}).items()
@@ -40,7 +44,7 @@ def gate(config: OptimizationConfig | None) -> GroupChecks:
     project = _project(config.compatibility)
 
     def checks(group: Group) -> list[Check]:
-        out = [Check(**c) for c in project]
+        out = _declared_by(group) + [Check(**c) for c in project]
         for dist in distributions(group, owners):
             specs = pins.get(canonicalize_name(dist))
             if specs is not None:
@@ -48,6 +52,21 @@ def gate(config: OptimizationConfig | None) -> GroupChecks:
         return out
 
     return checks
+
+
+def _declared_by(group: Group) -> list[Check]:
+    choice = catalog.registry.choice(group.id)
+    if choice is None:
+        return []
+    chosen, sources = choice
+    if chosen is not None:
+        others = ", ".join(s for s in sources if s != chosen)
+        return [Check("catalog.choice", WARNING,
+                      f"{chosen} (named in optimization_modules) is used; {others} also "
+                      "declare(s) this ID", expected=list(sources), actual=chosen)]
+    return [Check("catalog.duplicate", FAIL,
+                  f"declared by {' and '.join(sources)}: name the catalog to use in the config's "
+                  "optimization_modules", expected=list(sources), reason="catalog.duplicate")]
 
 
 def distributions(group: Group, owners: dict[str, list[str]] | None = None) -> list[str]:

@@ -1,9 +1,19 @@
-"""The table of declared groups that configs and group IDs refer to."""
+"""The table of declared groups that configs and group IDs refer to.
+
+One group ID, one group. When catalogs disagree (a user's catalog declares an ID a built-in one
+also declares, say TurboPhysAI's catalog ported verbatim), the rule is: **the catalog the config
+names wins**. Discovery registers every declaration (``duplicates="keep"``) and, for each check
+or apply, calls :meth:`GroupRegistry.choose` with the catalogs the config names in
+``optimization_modules``: exactly one of them declares the ID -> its group is used, and the
+group's report says so (``catalog.choice``, a warning); none or several -> the first registered
+(built-in catalogs register first) stays and the group is blocked with ``catalog.duplicate``,
+naming every catalog, until the config names one. Other groups are unaffected.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace as dc_replace
 
 from .. import _core
@@ -17,28 +27,63 @@ def planner_node(group: Group) -> _core.GroupNode:
 
 
 class GroupRegistry:
-    """Groups by ID in declaration order. Duplicate IDs are an error naming both sources."""
+    """Groups by ID in declaration order; IDs declared by several catalogs, see module doc."""
 
     def __init__(self) -> None:
         self._groups: dict[str, Group] = {}
+        #: Every declaration of an ID that more than one catalog declares, registration order.
+        self._declared: dict[str, list[Group]] = {}
+        #: ID -> (chosen source or None when ambiguous, every declaring source).
+        self._choices: dict[str, tuple[str | None, tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
-    def register(self, *groups: Group, source: str = "<unknown>") -> None:
+    def register(
+        self, *groups: Group, source: str = "<unknown>", duplicates: str = "error"
+    ) -> None:
+        """Add ``groups`` declared by ``source``. An ID already declared by another catalog
+        raises DeclarationError naming both, or with ``duplicates="keep"`` is kept for
+        :meth:`choose`."""
         with self._lock:
             staged = dict(self._groups)
+            declared = {k: list(v) for k, v in self._declared.items()}
             for g in groups:
                 if not isinstance(g, Group):
                     raise DeclarationError(f"{source}: {g!r} is not a Group (use group(...))")
-                if g.id in staged:
+                g = dc_replace(g, source=source)
+                first = staged.get(g.id)
+                if first is None:
+                    staged[g.id] = g
+                elif duplicates == "keep" and first.source != source:
+                    declared.setdefault(g.id, [first]).append(g)
+                else:
                     raise DeclarationError(
-                        f"group {g.id!r} is declared by both {staged[g.id].source!r} and {source!r}"
+                        f"group {g.id!r} is declared by both {first.source!r} and {source!r}"
                     )
-                staged[g.id] = dc_replace(g, source=source)
-            self._groups = staged
+            self._groups, self._declared = staged, declared
+
+    def choose(self, named: Collection[str]) -> None:
+        """For IDs several catalogs declare: use the one of the ``named`` catalogs (module
+        paths) that declares it, else the first registered, marked ambiguous."""
+        with self._lock:
+            choices = {}
+            for gid, groups in self._declared.items():
+                picked = [g for g in groups if g.source in named]
+                active = picked[0] if len(picked) == 1 else groups[0]
+                self._groups[gid] = active
+                sources = tuple(g.source for g in groups)
+                choices[gid] = (active.source if len(picked) == 1 else None, sources)
+            self._choices = choices
+
+    def choice(self, group_id: str) -> tuple[str | None, tuple[str, ...]] | None:
+        """(chosen catalog or None when ambiguous, all declaring catalogs) for an ID several
+        catalogs declare; None for an ID only one declares."""
+        return self._choices.get(group_id)
 
     def unregister(self, group_id: str) -> None:
         with self._lock:
             self._groups.pop(group_id)
+            self._declared.pop(group_id, None)
+            self._choices.pop(group_id, None)
 
     def validate(self) -> None:
         """Raise for unknown dependencies and phase violations across everything registered."""

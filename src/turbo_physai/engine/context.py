@@ -13,12 +13,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class CompatibilityResult:
-    """Returned by a compatibility_check: ``compatible=False`` blocks the group (force cannot)."""
+    """Returned by a compatibility_check: ``compatible=False`` blocks the group (force cannot).
+    ``code`` is the block's reason code in the report (``platform.unsupported`` ...)."""
 
     compatible: bool
     expected: Any = None
     actual: Any = None
     reason: str = ""
+    code: str = "compatibility.incompatible"
 
 
 @dataclass(frozen=True)

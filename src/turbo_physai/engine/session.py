@@ -368,6 +368,6 @@ def _compatibility(group: Group, sel: GroupSelection) -> Check:
             result.reason,
             result.expected,
             result.actual,
-            reason="compatibility.incompatible",
+            reason=result.code,
         )
     return Check(code, PASS, result.reason, result.expected, result.actual)

@@ -1,5 +1,6 @@
-"""Wrap factory for ``bevformer.compile.encoder``: ``BEVFormerLayer.forward`` under
-torch.compile, compiled on the first call. Options: see ``common/compile.py``."""
+"""Wrap factory of the BEVFormer compile groups (``bevformer.compile.encoder``/``.decoder``,
+``bevformer.compile``) and of ``bevformer.mdc``'s image backbone: the target compiled on its
+first call. Options: see ``common/compile.py``."""
 
 from __future__ import annotations
 

@@ -61,3 +61,10 @@ def compiled_draw_heatmap_gaussian_wrapper(
     """:func:`draw_heatmap_gaussian` compiled on first use (options: ``common/compile.py``)."""
     del original  # replaced by the reformulation above, which has the same signature
     return lazy_compile(draw_heatmap_gaussian, options)
+
+
+def compiled_gaussian_radius_wrapper(
+    original: Callable[..., Any], options: Mapping[str, Any]
+) -> Callable[..., Any]:
+    """mmdet3d's own ``gaussian_radius`` (tensor arithmetic) compiled on first use."""
+    return lazy_compile(original, options)

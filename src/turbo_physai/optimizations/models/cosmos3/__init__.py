@@ -1,0 +1,1 @@
+"""Cosmos3: the HF-protocol attention through SDPA."""

@@ -1,0 +1,1 @@
+"""OpenVLA: fused AdamW and a frozen GC before training."""
