@@ -72,13 +72,16 @@ def test_commit_mismatch_is_a_warning(repo):
     assert checks(report, "pin.other", "project.commit")[0].status == "pass"
 
 
-def test_dirty_tree_blocks_unless_allowed_or_forced(repo):
+def test_dirty_tree_blocks_when_disallowed_unless_forced(repo):
     path, head = repo
     (path / "model.py").write_text("x = 2\n")
-    report = tpa.check(config({"commits": [head]}, "pin.other"), groups=[OTHER])
+    unstated = tpa.check(config({"commits": [head]}, "pin.other"), groups=[OTHER])
+    assert not checks(unstated, "pin.other", "project.dirty")  # TurboPhysAI: not judged
+    assert unstated.group("pin.other").decision == "apply"
+    strict = config({"commits": [head], "allow_dirty": False}, "pin.other")
+    report = tpa.check(strict, groups=[OTHER])
     assert report.group("pin.other").reasons == ["project.dirty"]
-    report = tpa.check(config({"commits": [head]}, "pin.other"), groups=[OTHER],
-                       force_groups=["pin.other"])
+    report = tpa.check(strict, groups=[OTHER], force_groups=["pin.other"])
     assert report.group("pin.other").decision == "apply"
     allowed = config({"commits": [head], "allow_dirty": True}, "pin.other")
     report = tpa.check(allowed, groups=[OTHER])

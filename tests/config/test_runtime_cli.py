@@ -102,3 +102,14 @@ def test_check_of_a_broken_runtime_config_is_a_config_error(tmp_path):
     path = runtime(tmp_path, "process:\n  numa: maybe\n")
     done = cli(tmp_path, "check", path)
     assert done.returncode == 2 and f"{path}:4: process.numa" in done.stderr
+
+
+def test_run_refuses_unknown_groups_before_starting(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("schema_version: turbophysai/optimization-config/v1\n"
+                    "kind: OptimizationConfig\nmetadata: {id: c, version: '1'}\n"
+                    "optimization_groups: [{id: no.such.group}, {id: other.unknown, "
+                    "enabled: false}]\n")
+    done = cli(tmp_path, "run", "--config", path, "--", sys.executable, "-c", "print('ran')")
+    assert done.returncode == 2 and "ran" not in done.stdout
+    assert "no installed catalog declares 'no.such.group'" in done.stderr

@@ -38,6 +38,15 @@ def run(args: argparse.Namespace) -> int:
         # Fail here, with status 2, for what every process would fail on anyway.
         parsed = load_config(args.config)
         discovery.load(parsed.catalogs, trust=args.trust_config)
+        from ..engine.catalog import registry
+
+        unknown = [g.id for g in parsed.groups
+                   if g.enabled and g.id not in registry and g.id not in args.disable_group]
+        if unknown:  # activation is strict: every process would refuse them
+            raise ConfigError(
+                f"{args.config}: no installed catalog declares {', '.join(map(repr, unknown))}; "
+                "run applies strictly: --disable-group them or install their catalog"
+            )
         config = str(Path(args.config).resolve())
     runtime = _runtime(args)
     report_dir = Path(args.report_dir).resolve()

@@ -3,10 +3,11 @@
 - ``dependency.version``: ``compatibility.dependencies`` pins packages with PEP 440 specifiers.
   A mismatch blocks only the groups whose declarations touch that package (the distribution
   that provides the top-level module of a target), never every group. Overrideable by force.
-- ``project.commit`` / ``project.dirty``: when ``compatibility.commits`` is given, the git
-  repository of the working directory is the model's. A HEAD outside the list is a warning
-  (the target evidence decides); uncommitted changes fail unless ``allow_dirty: true``
-  (overrideable by force). Both apply to every group.
+- ``project.commit`` / ``project.dirty``: the git repository of the working directory is the
+  model's. With ``compatibility.commits``, a HEAD outside the list is a warning (the target
+  evidence decides). With ``allow_dirty: false``, uncommitted changes to tracked files fail
+  (overrideable by force); ``true`` makes them a warning; without the key the tree is not
+  judged (TurboPhysAI's rule). Both apply to every group.
 - ``catalog.choice`` / ``catalog.duplicate``: for an ID several catalogs declare, which one the
   config named (a warning) or that it named none of them (fails, not overrideable); see
   :mod:`turbo_physai.engine.catalog`. These come also without a config.
@@ -111,48 +112,39 @@ def _version(dist: str, specs: list[SpecifierSet]) -> Check:
 
 
 def _project(compat: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     commits = compat.get("commits")
-    if not commits:
-        return []
-    head = _git("rev-parse", "HEAD")
-    if head is None:
-        return [
-            dict(
+    head = _git("rev-parse", "HEAD") if commits or "allow_dirty" in compat else None
+    if commits:
+        if head is None:
+            out.append(dict(code="project.commit", status=UNKNOWN, expected=commits,
+                            message="the working directory is not a git repository"))
+        else:
+            out.append(dict(
                 code="project.commit",
-                status=UNKNOWN,
+                status=PASS if head in commits else WARNING,
                 expected=commits,
-                message="the working directory is not a git repository",
-            )
-        ]
-    out = [
-        dict(
-            code="project.commit",
-            status=PASS if head in commits else WARNING,
-            expected=commits,
-            actual=head,
-            message="" if head in commits else "HEAD is not a commit the config was made on",
-        )
-    ]
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
-    if dirty and not compat.get("allow_dirty", False):
-        out.append(
-            dict(
-                code="project.dirty",
-                status=FAIL,
-                actual=dirty.splitlines()[:20],
-                message="the model repository has uncommitted changes",
-                overrideable=True,
-                reason="project.dirty",
-            )
-        )
+                actual=head,
+                message="" if head in commits else "HEAD is not a commit the config was made on",
+            ))
+    if "allow_dirty" not in compat:
+        return out  # TurboPhysAI's rule: the tree is judged only when the config says how
+    dirty = _git("status", "--porcelain", "--untracked-files=no") if head else None
+    if head is None:
+        out.append(dict(code="project.dirty", status=UNKNOWN,
+                        message="the working directory is not a git repository"))
+    elif dirty and not compat["allow_dirty"]:
+        out.append(dict(
+            code="project.dirty",
+            status=FAIL,
+            actual=dirty.splitlines()[:20],
+            message="the model repository has uncommitted changes",
+            overrideable=True,
+            reason="project.dirty",
+        ))
     else:
-        out.append(
-            dict(
-                code="project.dirty",
-                status=PASS if not dirty else WARNING,
-                message="allowed by allow_dirty" if dirty else "",
-            )
-        )
+        out.append(dict(code="project.dirty", status=PASS if not dirty else WARNING,
+                        message="allowed by allow_dirty" if dirty else ""))
     return out
 
 

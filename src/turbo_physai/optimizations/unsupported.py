@@ -49,4 +49,4 @@ def blocked(group_id: str, *targets: Replace | ReplaceImport, code: str, missing
 
 def check(context: CompatibilityContext) -> CompatibilityResult:
     code, missing = REASONS.get(context.group_id, (UNAVAILABLE, "no reason recorded"))
-    return CompatibilityResult(False, "turbo_physai's own replacement", None, missing, code)
+    return CompatibilityResult(False, reason=missing, code=code)
