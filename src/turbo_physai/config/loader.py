@@ -109,12 +109,7 @@ class _Load:
             f"no config with metadata.id {entry!r} in {', '.join(places)} or among the shipped "
             f"configs ({', '.join(sorted(shipped())) or 'none'})"
         )
-        recipes = [
-            str(p)
-            for d in {referrer.parent, *(p.parent for p in self.index.find(entry, referrer))}
-            for p in (d / name for name in sorted(lookup.RECIPES))
-            if p.is_file() and self.index.id_of(p, entry) == entry
-        ]
+        recipes = self.index.recipes(entry, referrer)
         if recipes:
             message += (
                 f"; {recipes[0]} declares it, but recipes are not extends targets: generate the "

@@ -6,8 +6,9 @@ ID are an error naming both:
 1. the ``*.yaml``/``*.yml`` files next to the referring file;
 2. those in each directory of ``TURBO_PHYSAI_CONFIG_PATH`` (``os.pathsep``-separated);
 3. TurboPhysAI's package layout: when the referring file sits in a ``configs`` folder below a
-   folder named ``optimizations``, every ``configs/optimization.yaml`` under that folder
-   (TurboPhysAI looks IDs up in ``optimizations/**/configs/optimization.yaml`` only);
+   folder named ``optimizations``, every ``configs/optimization.yaml`` under that folder.
+   Inside that layout only ``configs/optimization.yaml`` files declare IDs, in places 1 and 2
+   too (TurboPhysAI looks IDs up in ``optimizations/**/configs/optimization.yaml`` only);
 
 then, only when none of those has it, 4. the configs shipped with the built-in catalogs.
 
@@ -71,26 +72,42 @@ class Index:
         """Unreadable candidates that mention ``config_id`` (for the not-found error)."""
         return [msg for path, msg in self._problems.items() if _mentions(path, config_id)]
 
-    def _candidates(self, referrer: Path) -> Iterator[Path]:
-        dirs = [referrer.parent] + [
-            Path(d) for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d
+    def recipes(self, config_id: str, referrer: Path) -> list[Path]:
+        """Recipes in the searched places that declare ``config_id`` (for that error too)."""
+        return [
+            path
+            for directory in self._dirs(referrer)
+            for path in (directory / name for name in sorted(RECIPES))
+            if path.is_file() and self.id_of(path, config_id) == config_id
         ]
-        for directory in dirs:
-            yield from _yaml_files(directory)
-        root = layout_root(referrer)
-        if root is not None:
-            yield from self._layout_files(root)
 
-    def _layout_files(self, root: Path) -> Iterator[Path]:
+    def _candidates(self, referrer: Path) -> Iterator[Path]:
+        layout = layout_root(referrer)
+        for directory in self._dirs(referrer):
+            if layout is not None and layout in directory.parents:
+                if (directory / LAYOUT_FILE).is_file():
+                    yield _real(directory / LAYOUT_FILE)
+            else:
+                yield from _yaml_files(directory)
+
+    def _dirs(self, referrer: Path) -> Iterator[Path]:
+        """Places 1-3: the referrer's folder, the search path, the layout's configs folders."""
+        yield referrer.parent
+        for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep):
+            if d:
+                yield Path(d)
+        root = layout_root(referrer)
+        if root is None:
+            return
         visited = 0
-        for current, subdirs, files in os.walk(root, followlinks=False):
+        for current, subdirs, _ in os.walk(root, followlinks=False):
             visited += 1
             if visited > SCAN_LIMIT:
                 self.truncated.append(root)
                 return
             subdirs[:] = sorted(d for d in subdirs if not d.startswith((".", "__")))
-            if Path(current).name == LAYOUT_DIR and LAYOUT_FILE in files:
-                yield _real(Path(current) / LAYOUT_FILE)
+            if Path(current).name == LAYOUT_DIR:
+                yield Path(current)
 
 
 def layout_root(referrer: Path) -> Path | None:
