@@ -139,22 +139,26 @@ def test_turbophysais_hash_definitions():
     assert evidence._canonical_tree("def f(x):\n    return x + 1\n") == canonical
 
 
+def write_config(tmp_path, body):
+    path = tmp_path / "c.yaml"
+    path.write_text("schema_version: turbophysai/optimization-config/v1\n"
+                    "kind: OptimizationConfig\nmetadata: {id: c, version: '1'}\n"
+                    + textwrap.dedent(body))
+    return path
+
+
 @pytest.mark.parametrize("recorded, status, reason", [
     ("source-v1:stale", "fail", "source.identity"),  # a placeholder: a mismatch, not a crash
     ("TODO", "unknown", None),
     ("xyz-v9:0123abcd", "unknown", None),
 ])
 def test_placeholder_and_unverifiable_hashes(tmp_path, recorded, status, reason):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        schema_version: turbophysai/optimization-config/v1
-        kind: OptimizationConfig
-        metadata: {{id: c, version: "1"}}
+    path = write_config(tmp_path, f"""\
         optimization_groups:
         - id: fixture.gaussian
           trust:
             source_hashes: {{tpa_fixture_lib.shapes.gaussian_2d: ['{recorded}']}}
-        """))
+        """)
     report = tpa.check(path)
     [identity_check] = [c for c in report.group("fixture.gaussian").checks
                         if c.code == "source.identity"]
@@ -166,14 +170,10 @@ def test_placeholder_and_unverifiable_hashes(tmp_path, recorded, status, reason)
 
 @pytest.mark.usefixtures("targets")
 def test_a_user_catalog_that_redeclares_a_builtin_id_wins_when_named(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent("""\
-        schema_version: turbophysai/optimization-config/v1
-        kind: OptimizationConfig
-        metadata: {id: c, version: "1"}
+    path = write_config(tmp_path, """\
         optimization_modules: [tpa_corpus_catalog]
         optimization_groups: [{id: mmdet3d.gaussian}]
-        """))
+        """)
     status, _, err = check(path)
     assert status == 2 and "not an installed catalog" in err  # a config is data
     report = tpa.check(path, trust=True)
@@ -189,13 +189,8 @@ def test_a_user_catalog_that_redeclares_a_builtin_id_wins_when_named(tmp_path):
 @pytest.mark.skipif("strict" not in inspect.signature(tpa.check).parameters,
                     reason="needs the planner's group.unknown (engine change, issue 26)")
 def test_an_unknown_group_is_reported_blocked_and_the_others_go_on(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent("""\
-        schema_version: turbophysai/optimization-config/v1
-        kind: OptimizationConfig
-        metadata: {id: c, version: "1"}
-        optimization_groups: [{id: no.such.group}, {id: fixture.gaussian}]
-        """))
+    path = write_config(tmp_path, "optimization_groups: [{id: no.such.group}, "
+                              "{id: fixture.gaussian}]\n")
     status, out, err = check(path)
     assert status == 1 and "group.unknown" in out, out + err
     report = tpa.check(path)

@@ -42,21 +42,21 @@ class _UsedThroughApply:
         raise TypeError(f"{type(self).__name__} is used through .apply(...)")
 
 
-class MultiScaleDeformableAttnFunction_fp16(_UsedThroughApply):  # noqa: N801 (BEVFormer's name)
-    """MSDA with float16 inputs inside a CUDA autocast region (BEVFormer's fp16 Function)."""
+def _function(suffix: str, dtype_name: str) -> type:
+    """BEVFormer's ``MultiScaleDeformableAttnFunction_<suffix>`` on our op."""
 
-    @staticmethod
     def apply(value, value_spatial_shapes, value_level_start_index, sampling_locations,
               attention_weights, im2col_step):
-        return _msda("float16", value, value_spatial_shapes, value_level_start_index,
+        return _msda(dtype_name, value, value_spatial_shapes, value_level_start_index,
                      sampling_locations, attention_weights, im2col_step)
 
+    name = f"MultiScaleDeformableAttnFunction_{suffix}"
+    return type(name, (_UsedThroughApply,), {
+        "apply": staticmethod(apply), "__module__": __name__, "__qualname__": name,
+        "__doc__": f"MSDA with {dtype_name} inputs inside a CUDA autocast region (BEVFormer's "
+                   f"{suffix} Function).",
+    })
 
-class MultiScaleDeformableAttnFunction_fp32(_UsedThroughApply):  # noqa: N801 (BEVFormer's name)
-    """MSDA with float32 inputs inside a CUDA autocast region (BEVFormer's fp32 Function)."""
 
-    @staticmethod
-    def apply(value, value_spatial_shapes, value_level_start_index, sampling_locations,
-              attention_weights, im2col_step):
-        return _msda("float32", value, value_spatial_shapes, value_level_start_index,
-                     sampling_locations, attention_weights, im2col_step)
+MultiScaleDeformableAttnFunction_fp16 = _function("fp16", "float16")
+MultiScaleDeformableAttnFunction_fp32 = _function("fp32", "float32")
