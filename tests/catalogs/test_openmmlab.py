@@ -418,3 +418,19 @@ def assert_import_compatibility_installed():
     assert FlashMHA is MHA
     assert CONV_LAYERS.module_dict["SparseConv3d"] is conv.SparseConv3d
     assert CONV_LAYERS.module_dict["SubMConv3d"].origin == "mmdet3d"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.usefixtures("openmmlab_fixture")
+@pytest.mark.parametrize("fp16", [False, True])
+def test_bevformer_msda_on_cuda_under_autocast_casts_like_custom_fwd(fp16):
+    from projects.mmdet3d_plugin.bevformer.modules import spatial_cross_attention
+
+    value, shapes, start, loc, weights = (t.detach().cuda() for t in msda_inputs(torch.float32))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        stock = spatial_cross_attention.sample(value, shapes, start, loc, weights, fp16=fp16)
+        with tpa.applied(config(["bevformer.msda"])):
+            ours = spatial_cross_attention.sample(value, shapes, start, loc, weights, fp16=fp16)
+    assert ours.dtype == stock.dtype == (torch.float16 if fp16 else torch.float32)
+    tol = 2e-3 if fp16 else 1e-5
+    torch.testing.assert_close(ours, stock, rtol=tol, atol=tol)

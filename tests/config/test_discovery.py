@@ -67,6 +67,19 @@ def test_an_id_two_catalogs_declare_goes_to_the_one_the_config_names(fake_catalo
     assert fresh.choice("dup.g") == (None, ("cat_one", "cat_two"))
 
 
+def test_a_trusted_catalog_takes_part_only_while_a_config_names_it(fake_catalogs, monkeypatch):
+    fake_catalogs(cat_one=[group("dup.g", replace("a.b", "c.d"))])
+    stranger = types.ModuleType("stranger_dup")
+    stranger.G = group("dup.g", replace("e.f", "g.h"))
+    monkeypatch.setitem(sys.modules, "stranger_dup", stranger)
+    fresh = GroupRegistry()
+    discovery.load(["stranger_dup"], trust=True, into=fresh)
+    assert fresh.get("dup.g").source == "stranger_dup"
+    assert fresh.choice("dup.g") == ("stranger_dup", ("cat_one", "stranger_dup"))
+    discovery.load(into=fresh)  # the next config names nothing: the installed one, no note
+    assert fresh.get("dup.g").source == "cat_one" and fresh.choice("dup.g") is None
+
+
 def test_registering_an_id_twice_directly_names_both():
     fresh = GroupRegistry()
     fresh.register(group("dup.g", replace("a.b", "c.d")), source="cat_one")

@@ -105,3 +105,19 @@ def test_gc_freeze_before_the_training_loop():
     finally:
         gc.unfreeze()
     assert TrainingStrategy().run_vla_training(None, None, None) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.usefixtures("targets")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_attention_on_cuda(dtype):
+    from cosmos_framework.utils.generator.hf_attention_cosmos import hf_attention_cosmos as stock
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, h, 64, 64, generator=gen, device="cuda", dtype=dtype)
+               for h in (8, 2, 2))
+    expected, _ = stock(Module(True), q.double(), k.double(), v.double(), None)
+    got, _ = hf_attention_cosmos(Module(True), q, k, v, None)
+    assert got.dtype == dtype
+    tol = 2e-2 if dtype == torch.bfloat16 else 2e-3  # float32 SDPA may use TF32 tensor cores
+    torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)

@@ -87,7 +87,7 @@ def load(names: Iterable[str] = (), *, trust: bool = False, into: GroupRegistry 
             done.add(source.module)
         if todo:
             into.validate()
-        into.choose(named(names, sources))
+        into.choose(named(names, sources), {s.module for s in sources})
 
 
 def named(names: Iterable[str], sources: Iterable[CatalogSource]) -> set[str]:

@@ -4,7 +4,8 @@ One group ID, one group. When catalogs disagree (a user's catalog declares an ID
 also declares, say TurboPhysAI's catalog ported verbatim), the rule is: **the catalog the config
 names wins**. Discovery registers every declaration (``duplicates="keep"``) and, for each check
 or apply, calls :meth:`GroupRegistry.choose` with the catalogs the config names in
-``optimization_modules``: exactly one of them declares the ID -> its group is used, and the
+``optimization_modules`` (a catalog that is not installed takes part only while a config names
+it): exactly one of them declares the ID -> its group is used, and the
 group's report says so (``catalog.choice``, a warning); none or several -> the first registered
 (built-in catalogs register first) stays and the group is blocked with ``catalog.duplicate``,
 naming every catalog, until the config names one. Other groups are unaffected.
@@ -61,17 +62,20 @@ class GroupRegistry:
                     )
             self._groups, self._declared = staged, declared
 
-    def choose(self, named: Collection[str]) -> None:
+    def choose(self, named: Collection[str], installed: Collection[str]) -> None:
         """For IDs several catalogs declare: use the one of the ``named`` catalogs (module
-        paths) that declares it, else the first registered, marked ambiguous."""
+        paths) that declares it, else the first registered, marked ambiguous. Catalogs that
+        are neither installed nor named (trusted by an earlier config) take no part."""
         with self._lock:
             choices = {}
-            for gid, groups in self._declared.items():
+            for gid, declared in self._declared.items():
+                groups = [g for g in declared if g.source in installed or g.source in named]
                 picked = [g for g in groups if g.source in named]
                 active = picked[0] if len(picked) == 1 else groups[0]
                 self._groups[gid] = active
-                sources = tuple(g.source for g in groups)
-                choices[gid] = (active.source if len(picked) == 1 else None, sources)
+                if len(groups) > 1:
+                    sources = tuple(g.source for g in groups)
+                    choices[gid] = (active.source if len(picked) == 1 else None, sources)
             self._choices = choices
 
     def choice(self, group_id: str) -> tuple[str | None, tuple[str, ...]] | None:
