@@ -3,7 +3,8 @@
 Importing this package never imports torch; only the operators in ``turbo_physai.ops`` need it.
 """
 
-from .config import GroupSelection, OptimizationConfig, Trust, load_config
+from ._core import PlanError
+from .config import ConfigError, GroupSelection, OptimizationConfig, Trust, load_config
 from .engine.catalog import registry
 from .engine.context import CompatibilityContext, CompatibilityResult
 from .engine.declarations import DeclarationError, Group, group, replace, replace_import, wrap
@@ -18,17 +19,23 @@ from .engine.session import (
     rollback,
 )
 
+# The C++ planner raises it (unknown or duplicate group IDs, dependency cycles, phase
+# violations); a ValueError, public here like every exception users catch.
+PlanError.__module__ = __name__
+
 __version__ = "0.1.0"
 
 __all__ = [
     "ApplyError",
     "CompatibilityContext",
     "CompatibilityResult",
+    "ConfigError",
     "DeclarationError",
     "Group",
     "GroupSelection",
     "OptimizationConfig",
     "OptimizationReport",
+    "PlanError",
     "Trust",
     "active_report",
     "applied",

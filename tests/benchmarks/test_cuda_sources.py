@@ -1,6 +1,6 @@
-"""The standalone CUDA benchmarks (benchmarks/*.cu) run only on the GPU machine; compiling each
-here with the flags of the build command its header documents keeps them from breaking silently
-when the kernels' headers change."""
+"""The standalone CUDA experiments (benchmarks/experiments/*.cu) run only on the GPU machine;
+compiling each here with the flags of the build command its header documents keeps them from
+breaking silently when the kernels' headers change."""
 
 import re
 import shlex
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted((ROOT / "benchmarks").glob("*.cu"))
+SOURCES = sorted((ROOT / "benchmarks" / "experiments").glob("*.cu"))
 NVCC = shutil.which("nvcc")
 
 
@@ -42,7 +42,7 @@ def test_the_cuda_benchmarks_are_found():
 
 
 def test_the_documented_flags_are_read():
-    assert documented_flags(ROOT / "benchmarks" / "msda_classic.cu") == [
+    assert documented_flags(ROOT / "benchmarks" / "experiments" / "msda_classic.cu") == [
         "-std=c++17", "-arch=sm_90a", "-O3", "-I", "csrc/kernels"]
 
 

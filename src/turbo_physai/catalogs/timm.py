@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from ..engine.declarations import group, wrap
 
+#: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
+HOST_PACKAGES = ("timm",)
+
 FUSED_ATTENTION = group(
     "timm.fused_attention",
     wrap(

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from ..engine.declarations import group, replace, wrap
 
+#: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
+HOST_PACKAGES = ("transformers",)
+
 _MODELS = "transformers.models"
 _OPS = "turbo_physai.ops.frontends"
 _OPT = "turbo_physai.optimizations.common"

@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.text import Text
 
 from ..config import ConfigError, OptimizationConfig, load_config
 from . import render
+from .needs import need
 
 OK, FINDINGS = 0, 1
+#: Built-in catalogs' module prefix, left out of the group table (the catalog table names it).
+BUILTIN_PREFIX = "turbo_physai.catalogs."
 #: Catalogs at least this large get a progress bar while generate hashes targets.
 LARGE_CATALOG = 20
 
 
 def list_groups(args: argparse.Namespace) -> int:
+    if args.configs:
+        return _list_configs(args)
     from ..catalogs import discovery
     from ..engine.catalog import registry
     from ..engine.session import check
 
     discovery.load()
+    hosts = {s.module: _host_packages(s.module) for s in discovery.installed()}
     rows = []
     for g in registry.groups():
         verdict = check(groups=[g.id]).group(g.id)  # alone, with its dependencies
@@ -30,6 +39,7 @@ def list_groups(args: argparse.Namespace) -> int:
             {
                 "id": g.id,
                 "catalog": g.source,
+                "host_packages": hosts.get(g.source),
                 "import_compat": g.import_compat,
                 "depends_on": list(g.depends_on),
                 "would_apply": verdict.decision == "apply",
@@ -38,20 +48,99 @@ def list_groups(args: argparse.Namespace) -> int:
         )
     if args.json:
         render.emit_json(rows)
-    else:
-        render.table(
-            f"{len(rows)} groups in the installed catalogs",
-            ["group", "catalog", "depends on", "applies here"],
-            [
-                [
-                    r["id"],
-                    r["catalog"],
-                    ", ".join(r["depends_on"]) or "-",
-                    "yes" if r["would_apply"] else f"no: {', '.join(r['reasons'])}",
-                ]
-                for r in rows
-            ],
+        return OK
+    catalogs = {r["catalog"]: [x for x in rows if x["catalog"] == r["catalog"]] for r in rows}
+    render.table(
+        f"{len(catalogs)} catalogs installed",
+        ["catalog", "host library here", "groups that apply here"],
+        [
+            [name, _host_cell(hosts.get(name)), f"{sum(r['would_apply'] for r in of)} of {len(of)}"]
+            for name, of in catalogs.items()
+        ],
+    )
+    missing = [n for h in hosts.values() if h for n, release in h.items() if release is None]
+    if missing:
+        render.console.print(
+            f"not installed here: {', '.join(missing)}; install a host library with pip "
+            "install NAME (docs/catalogs/ say which releases each catalog is validated on)",
+            markup=False,
         )
+    render.table(
+        f"{len(rows)} groups in the installed catalogs",
+        ["group", "catalog", "depends on", "applies here"],
+        [
+            [
+                r["id"],
+                r["catalog"].removeprefix(BUILTIN_PREFIX),
+                ", ".join(r["depends_on"]) or "-",
+                "yes" if r["would_apply"] else _not_applying(r),
+            ]
+            for r in rows
+        ],
+    )
+    return OK
+
+
+def _host_packages(catalog: str) -> dict[str, str | None] | None:
+    """The release of each distribution the catalog patches (``HOST_PACKAGES``), None where it
+    is not installed; None when the catalog does not declare them."""
+    names = getattr(sys.modules.get(catalog), "HOST_PACKAGES", None)
+    if names is None:
+        return None
+    releases: dict[str, str | None] = {}
+    for name in names:
+        try:
+            releases[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            releases[name] = None
+    return releases
+
+
+def _host_cell(releases: dict[str, str | None] | None) -> str:
+    if releases is None:
+        return "- (the catalog declares no HOST_PACKAGES)"
+    return "\n".join(f"{name} {release or 'not installed'}" for name, release in releases.items())
+
+
+def _not_applying(row: dict[str, Any]) -> str:
+    text = f"no: {', '.join(row['reasons'])}"
+    hosts = row["host_packages"]
+    if hosts and not any(hosts.values()):
+        text += " (host library not installed)"
+    return text
+
+
+def _list_configs(args: argparse.Namespace) -> int:
+    from ..config.loader import SHIPPED_DIR, config_ids
+
+    rows = []
+    for config_id, file in config_ids().items():
+        row: dict[str, Any] = {"id": config_id, "file": str(file)}
+        row["shipped"] = file.parent == SHIPPED_DIR
+        try:
+            config = load_config(file)
+        except ConfigError as err:
+            row.update(description=f"error: {err}", groups=[])
+        else:
+            row["description"] = str(config.metadata.get("description", ""))
+            row["groups"] = [g.id for g in config.groups if g.enabled]
+        rows.append(row)
+    if args.json:
+        render.emit_json(rows)
+        return OK
+    render.table(
+        "config IDs: name one wherever a config file goes (check, show, diff, run --config, "
+        "turbo_physai.apply); `turbo-physai show ID` prints one",
+        ["config ID", "description"],
+        [
+            [
+                r["id"],
+                f"{r['description']} ({len(r['groups'])} groups"
+                + ("" if r["shipped"] else f"; {r['file']}") + ")",
+            ]
+            for r in rows
+        ],
+    )
     return OK
 
 
@@ -65,10 +154,8 @@ def generate(args: argparse.Namespace) -> int:
     if not ids:
         raise ConfigError("nothing to generate: name group IDs or a --recipe")
     meta = dict(recipe.metadata) if recipe else {}
-    meta["id"] = args.id or meta.get("id") or ""
+    meta["id"] = args.id or meta.get("id") or Path(args.output).stem
     meta["version"] = args.version or meta.get("version") or "0.1.0"
-    if not meta["id"]:
-        raise ConfigError("generate needs --id (metadata.id of the new config)")
     options = {g.id: g.options for g in recipe.groups} if recipe else {}
     with _Progress(enabled=not args.json) as progress:
         config = make(
@@ -175,24 +262,34 @@ def diff(args: argparse.Namespace) -> int:
     old, new = load_config(args.old).to_dict(), load_config(args.new).to_dict()
     changes = _diff(old, new)
     if args.json:
-        render.emit_json(changes)
-    elif not changes:
+        render.emit_json([{**c, "path": ".".join(c["path"])} for c in changes])
+        return FINDINGS if changes else OK
+    if not changes:
         render.console.print("no differences")
-    else:
-        render.table(
-            f"{args.old} -> {args.new}",
-            ["where", "old", "new"],
-            [[c["path"], _cell(c.get("old")), _cell(c.get("new"))] for c in changes],
+        return OK
+    lines = [
+        line
+        for c in changes
+        for line in (
+            _leaves("+", c["path"], c["new"]) if "old" not in c
+            else _leaves("-", c["path"], c["old"]) if "new" not in c
+            else [("~", _key_path(c["path"]), f"{_value(c['old'])} -> {_value(c['new'])}")]
         )
-    return FINDINGS if changes else OK
+    ]
+    render.console.print(f"{args.old} -> {args.new}: {len(lines)} changed keys", markup=False)
+    for sign, where, value in lines:
+        style = {"+": "green", "-": "red", "~": "yellow"}[sign]
+        render.console.print(Text.assemble((sign, style), f" {where}: {value}"))
+    return FINDINGS
 
 
-def _diff(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
-    """Changed leaves; groups are compared by ID (order changes are reported once)."""
+def _diff(old: Any, new: Any, path: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Changed leaves; groups are compared by ID (order changes are reported once). A key
+    present on one side only is one change carrying its whole value."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in dict.fromkeys([*old, *new]):
-            where = f"{path}.{key}" if path else key
+            where = (*path, str(key))
             if key not in new:
                 out.append({"path": where, "old": old[key]})
             elif key not in old:
@@ -200,17 +297,36 @@ def _diff(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
             else:
                 out += _diff(old[key], new[key], where)
         return out
-    if path == "optimization_groups":
+    if path == ("optimization_groups",):
         a, b = {g["id"]: g for g in old}, {g["id"]: g for g in new}
         out = _diff(a, b, path)
         if not out and list(a) != list(b):
-            out.append({"path": f"{path} (order)", "old": list(a), "new": list(b)})
+            out.append({"path": (*path, "(order)"), "old": list(a), "new": list(b)})
         return out
     return [] if old == new else [{"path": path, "old": old, "new": new}]
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else json.dumps(value) if not isinstance(value, str) else value
+def _leaves(sign: str, path: tuple[str, ...], value: Any) -> list[tuple[str, str, str]]:
+    """An added or removed subtree as one line per leaf: key paths and values, no JSON blobs."""
+    if isinstance(value, dict) and value:
+        return [line for k, v in value.items() for line in _leaves(sign, (*path, str(k)), v)]
+    return [(sign, _key_path(path), _value(value))]
+
+
+def _key_path(path: tuple[str, ...]) -> str:
+    """``a.b[c.d]``: keys holding dots (group IDs, target paths) in brackets."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if "." in key and out else f".{key}" if out else key
+    return out
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ", ".join(value) or "[]"
+    return json.dumps(value)
 
 
 def report(args: argparse.Namespace) -> int:
@@ -230,11 +346,10 @@ def report(args: argparse.Namespace) -> int:
 
 
 def kernels(args: argparse.Namespace) -> int:
-    try:
-        from .. import kernels as registry  # built by the kernel-registry change
-    except ImportError:
-        print("the kernel registry (turbo_physai.kernels) is not installed in this build")
-        return OK
+    need("torch", install="pip install 'turbo_physai[torch]'",
+         purpose="every kernel slot's implementations are torch operators")
+    from .. import kernels as registry
+
     active = registry.active()
     if args.json:
         render.emit_json(active)

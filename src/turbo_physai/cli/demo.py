@@ -2,8 +2,12 @@
 
 Build the model from a transformers config (no download), run it stock, generate a config for
 it and check it (the generator and check paths a user runs), apply it and show the report, run
-again and compare, time stock against optimized (inference and a training step), roll back and
-show the outputs are stock again. Exit status 0 when every comparison holds, 1 otherwise.
+again and compare, roll back and show the outputs are stock again. Then time stock against
+optimized (inference and a training step) in alternating rounds, each round applying and
+rolling back, so that a machine getting busier or quieter shifts both sides alike; every figure
+is shown with its spread, the speed-up as a range, and a warning when the spread is too wide to
+trust. Exit status 0 when every comparison holds, 1 otherwise, 2 when something it needs is
+missing (torch, transformers, a CUDA device).
 """
 
 from __future__ import annotations
@@ -14,14 +18,18 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import render
+from .needs import DEMO_EXTRA, Unavailable, need
 
 MODEL = "deformable_detr"
 #: float32 on both sides; the op and grid_sample sum in different orders.
 RTOL, ATOL = 1e-4, 1e-5
+#: Above this spread (interquartile range / median) of any figure, the speed-ups are flagged.
+NOISY = 0.25
 
 
 @contextlib.contextmanager
@@ -33,21 +41,54 @@ def _step(title: str) -> Iterator[None]:
 
 
 def demo(args: argparse.Namespace) -> int:
+    need("torch", "transformers", install=DEMO_EXTRA,
+         purpose="the demo builds a transformers Deformable DETR")
+    import torch
+
+    device = _device(args.device, torch)
+    if args.reps < 2:
+        raise ValueError(f"--reps {args.reps}: the spread needs at least 2 timed runs per side")
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        return _main_job(args, device, Path(args.workdir))
+    with tempfile.TemporaryDirectory(prefix="turbo-physai-demo-") as workdir:
+        return _main_job(args, device, Path(workdir))
+
+
+def _device(requested: str | None, torch: Any) -> str:
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {requested!r}: not a device (cpu, cuda or cuda:N)") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {requested!r}: the demo runs on cpu or cuda")
+    if device.type == "cuda":
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        if not torch.cuda.is_available():
+            raise Unavailable(
+                f"--device {requested}: no CUDA device is available here (torch "
+                f"{torch.__version__}, {build}); leave --device out to run on the cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise Unavailable(f"--device {requested}: this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s)")
+    return str(device)
+
+
+def _main_job(args: argparse.Namespace, device: str, workdir: Path) -> int:
     import torch
 
     import turbo_physai as tpa
     from turbo_physai import zoo
     from turbo_physai.config.generator import generate, write
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     size, reps = ("tiny", 3) if args.quick else ("small", args.reps)
     with _step(f"build a {size} Deformable DETR (random init) on {device}"):
         built = zoo.build(MODEL, size, device=device)
     with _step("run it stock"):
         stock = zoo.run(built)
-        stock_ms = _timings(built, reps)
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="turbo-physai-demo-"))
     path = workdir / "deformable_detr.yaml"
     with _step(f"generate a config for {', '.join(built.groups)} -> {path}"):
         config = generate(built.groups, metadata={"id": "demo-deformable-detr",
@@ -66,34 +107,83 @@ def demo(args: argparse.Namespace) -> int:
     try:
         with _step("run it optimized"):
             optimized = zoo.run(built)
-            optimized_ms = _timings(built, reps)
     finally:
         with _step("roll back"):
             outcome = tpa.rollback()
-        rolled_back = zoo.run(built)
-
+    rolled_back = zoo.run(built)
     agree = _agree(optimized, stock)
     restored = all(torch.equal(a, b) for a, b in zip(rolled_back, stock, strict=True))
     exact = not outcome["drifted"] and not outcome["failed"]
-    _table(stock_ms, optimized_ms, device)
     render.console.print(
         f"optimized outputs agree with stock: {_verdict(agree[0])} (max abs difference "
         f"{agree[1]:.2e}, rtol {RTOL:g}, atol {ATOL:g})\n"
         f"rollback restored {len(outcome['restored'])} object(s), exactly: {_verdict(exact)}; "
         f"outputs identical to stock again: {_verdict(restored)}"
     )
+
+    with _step(f"time stock and optimized in {reps} alternating rounds"):
+        timings, every_rollback_exact = _alternating(built, path, reps)
+    figures = [Figure.of(what, *sides) for what, sides in timings.items()]
+    _table(figures, device, reps)
+    for warning in _warnings(figures):
+        render.console.print(f"[yellow]warning:[/] {warning}")
+    if not every_rollback_exact:
+        render.console.print("[red]a rollback between timing rounds was not exact[/]")
     if args.plot:
-        _plot(stock_ms, optimized_ms, args.plot, device)
-    return 0 if agree[0] and restored and exact else 1
+        _plot(figures, args.plot, device)
+    return 0 if agree[0] and restored and exact and every_rollback_exact else 1
 
 
-def _timings(built: Any, reps: int) -> dict[str, list[float]]:
+def _alternating(built: Any, path: Path, reps: int) -> tuple[dict[str, tuple[list, list]], bool]:
+    """Per round: stock, then optimized (applied for the round, rolled back after it).
+    Training steps run in the first half of the rounds (at least 2); one untimed warm-up round.
+    Returns the times per kind of run (stock, optimized) and whether every rollback was exact."""
+    import turbo_physai as tpa
     from turbo_physai import zoo
 
-    return {
-        "inference": zoo.time_ms(built, train=False, reps=reps),
-        "training step": zoo.time_ms(built, train=True, reps=max(reps // 2, 2)),
-    }
+    kinds = {"inference": (False, reps), "training step": (True, max(reps // 2, 2))}
+    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in kinds}
+    exact = True
+    for round_ in range(-1, reps):  # round -1 warms both sides up
+        for side in (0, 1):
+            if side:
+                tpa.apply(path, strict=True)
+            try:
+                for what, (train, rounds) in kinds.items():
+                    if round_ < rounds:
+                        ms = zoo.time_ms(built, train=train, reps=1, warmup=0)
+                        if round_ >= 0:
+                            times[what][side].extend(ms)
+            finally:
+                if side:
+                    outcome = tpa.rollback()
+                    exact = exact and not outcome["drifted"] and not outcome["failed"]
+    return times, exact
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Timings of one kind of run, stock vs optimized, and the speed-up of each round."""
+
+    what: str
+    stock: tuple[float, float, float]  # first quartile, median, third quartile (ms)
+    optimized: tuple[float, float, float]
+    speedup: tuple[float, float, float]  # of the per-round ratios: paired, so drift cancels
+
+    @classmethod
+    def of(cls, what: str, stock: list[float], optimized: list[float]) -> Figure:
+        ratios = [a / b for a, b in zip(stock, optimized, strict=True)]
+        return cls(what, _quartiles(stock), _quartiles(optimized), _quartiles(ratios))
+
+    @property
+    def spread(self) -> float:
+        """The widest interquartile range of the two sides, relative to its median."""
+        return max((q3 - q1) / med for q1, med, q3 in (self.stock, self.optimized))
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, median, q3
 
 
 def _agree(got: Any, want: Any) -> tuple[bool, float]:
@@ -107,37 +197,64 @@ def _verdict(ok: bool) -> str:
     return "[green]yes[/]" if ok else "[red]NO[/]"
 
 
-def _table(stock: dict[str, list[float]], optimized: dict[str, list[float]], device: str) -> None:
-    rows = []
-    for what in stock:
-        a, b = statistics.median(stock[what]), statistics.median(optimized[what])
-        rows.append([what, f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}x"])
-    render.table(f"Deformable DETR on {device}: median ms of each run",
-                 ["run", "stock ms", "optimized ms", "speed-up"], rows)
+def _ms(q: tuple[float, float, float]) -> str:
+    return f"{q[1]:.1f} ({q[0]:.1f}-{q[2]:.1f})"
 
 
-def _plot(stock: dict[str, list[float]], optimized: dict[str, list[float]], out: str,
-          device: str) -> None:
+def _speedup(q: tuple[float, float, float]) -> str:
+    return f"{q[1]:.2f}x ({q[0]:.2f}-{q[2]:.2f}x)"
+
+
+def _table(figures: list[Figure], device: str, reps: int) -> None:
+    render.table(
+        f"Deformable DETR on {device}, {reps} alternating rounds: median (quartiles)",
+        ["run", "stock ms", "optimized ms", "speed-up"],
+        [[f.what, _ms(f.stock), _ms(f.optimized), _speedup(f.speedup)] for f in figures],
+    )
+
+
+def _warnings(figures: list[Figure]) -> list[str]:
+    out = []
+    for f in figures:
+        low, _, high = f.speedup
+        if f.spread > NOISY:
+            out.append(f"{f.what}: the timings spread over {f.spread:.0%} of their median "
+                       "between rounds (a busy machine?): the speed-up is only rough; rerun "
+                       "with more --reps on a quiet machine")
+        elif low < 1 < high:
+            out.append(f"{f.what}: the speed-up's range includes 1.0x: no difference shows "
+                       "above this machine's noise")
+    return out
+
+
+def _plot(figures: list[Figure], out: str, device: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        render.console.print(f"--plot {out}: matplotlib is not installed "
-                             "(pip install matplotlib); no plot written")
+        render.console.print(f"--plot {out}: matplotlib is not installed ({DEMO_EXTRA}); "
+                             "no plot written")
         return
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    labels = list(stock)
-    xs = range(len(labels))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([x - 0.2 for x in xs], [statistics.median(stock[k]) for k in labels], 0.4,
-           label="stock")
-    ax.bar([x + 0.2 for x in xs], [statistics.median(optimized[k]) for k in labels], 0.4,
-           label="turbo_physai")
-    ax.set_xticks(list(xs), labels)
-    ax.set_ylabel("median ms")
+    xs = range(len(figures))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for offset, side, label in ((-0.2, "stock", "stock"), (0.2, "optimized", "turbo_physai")):
+        quartiles = [getattr(f, side) for f in figures]
+        medians = [q[1] for q in quartiles]
+        spread = [[q[1] - q[0] for q in quartiles], [q[2] - q[1] for q in quartiles]]
+        bars = ax.bar([x + offset for x in xs], medians, 0.4, yerr=spread, capsize=4,
+                      label=label)
+        ax.bar_label(bars, [f"{m:.1f} ms" for m in medians], label_type="center", fontsize=8)
+    for x, f in zip(xs, figures, strict=True):  # the speed-up above each pair's error bars
+        top = max(f.stock[2], f.optimized[2])
+        ax.annotate(_speedup(f.speedup), (x, top), xytext=(0, 6), textcoords="offset points",
+                    ha="center", fontsize=9, fontweight="bold")
+    ax.set_xticks(list(xs), [f.what for f in figures])
+    ax.set_ylabel("ms per run: median, bars to the quartiles")
     ax.set_title(f"Deformable DETR (random init) on {device}")
-    ax.legend()
+    ax.margins(y=0.25)
+    ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

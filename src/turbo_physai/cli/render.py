@@ -7,8 +7,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from ..engine.report import headline
 
 console = Console(highlight=False, soft_wrap=True)
+#: Words up to this long are never folded inside a table cell.
+LONGEST_WORD = 40
 
 _STYLE = {
     "applied": "green",
@@ -24,10 +29,21 @@ def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
-def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def table(
+    title: str, columns: list[str], rows: list[list[str]], whole: tuple[int, ...] = (0,)
+) -> None:
+    """Columns ``whole`` (IDs, by default the first) are never broken, not even on a narrow
+    terminal or in an 80-column log; the others wrap at spaces, as wide as their longest word
+    (reason codes, target paths) up to :data:`LONGEST_WORD`, and fold only longer ones."""
     t = Table(title=title, title_justify="left")
-    for c in columns:
-        t.add_column(c, overflow="fold")
+    for i, c in enumerate(columns):
+        plain = [Text.from_markup(r[i]).plain for r in rows]
+        if i in whole:
+            longest = max((len(line) for cell in plain for line in cell.splitlines()), default=0)
+            t.add_column(c, no_wrap=True, min_width=max(longest, len(c)))
+        else:
+            longest = max((len(word) for cell in plain for word in cell.split()), default=0)
+            t.add_column(c, overflow="fold", min_width=min(longest, LONGEST_WORD))
     for r in rows:
         t.add_row(*r)
     console.print(t)
@@ -55,11 +71,8 @@ def report(data: dict[str, Any], title: str | None = None) -> None:
                 detail + (f"\ndispatch (replacement/original): {counts}" if counts else ""),
             ]
         )
-    s = data["summary"]
     table(
-        title
-        or f"turbo_physai {data['mode']}: {s['groups']} groups, "
-        + ", ".join(f"{n} {k}" for k, n in s["decisions"].items()),
+        title or f"turbo_physai {headline(data)}",
         ["group", "decision", "status", "reasons / targets"],
         rows,
     )

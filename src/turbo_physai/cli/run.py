@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.config}: no installed catalog declares {', '.join(map(repr, unknown))}; "
                 "run applies strictly: --disable-group them or install their catalog"
             )
-        config = str(Path(args.config).resolve())
+        config = str(Path(parsed.path or args.config).resolve())  # a config ID: its file
     runtime = _runtime(args)
     report_dir = Path(args.report_dir).resolve()
     run_id = uuid.uuid4().hex[:12]

@@ -6,7 +6,8 @@ form) found as :mod:`.lookup` describes (next to the file, ``TURBO_PHYSAI_CONFIG
 TurboPhysAI's ``optimizations/**/configs/optimization.yaml`` layout, then the shipped configs).
 Parents are merged in the order listed, then the file itself on top (rules in :func:`_merge`
 and docs/config.md). A cycle is an error that shows the chain. :data:`LIMITS` bound how many
-files one load may merge and how deep ``extends`` may chain.
+files one load may merge and how deep ``extends`` may chain. The config itself may be named by
+ID too (:func:`resolve`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,26 @@ from .lookup import CONFIG_PATH_ENV, SHIPPED_DIR, shipped
 from .model import ConfigError, GroupSelection, OptimizationConfig, Trust
 from .schema import validate
 
-__all__ = ["CONFIG_PATH_ENV", "LIMITS", "SHIPPED_DIR", "load_config", "shipped"]
+__all__ = [
+    "CONFIG_PATH_ENV",
+    "LIMITS",
+    "SHIPPED_DIR",
+    "config_ids",
+    "load_config",
+    "resolve",
+    "shipped",
+]
 
 #: Per load_config call: files merged through ``extends``, and the longest parent chain.
 LIMITS = {"files": 100, "chain": 16}
 
 
 def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
-    """Load a v1 YAML config. Errors are ConfigError naming file:line and the key."""
-    data, sources = _Load().resolve(Path(path).absolute(), (), str(path))
+    """Load a v1 YAML config, named by file or by ID (:func:`resolve`). Errors are ConfigError
+    naming file:line and the key."""
+    file = resolve(path)
+    shown = str(path) if file == Path(path) else str(file)
+    data, sources = _Load().resolve(file.absolute(), (), shown)
     groups = tuple(
         GroupSelection(
             g["id"],
@@ -46,7 +58,7 @@ def load_config(path: str | os.PathLike[str]) -> OptimizationConfig:
         data["metadata"],
         data["model"] or None,
         data["compatibility"],
-        str(path),
+        shown,
         tuple(data["catalogs"]),
         tuple(sources),
     )
@@ -84,7 +96,7 @@ class _Load:
 
     def locate(self, entry: str, referrer: Path, line: int) -> Path:
         where = f"{referrer}:{line}: extends: {entry!r}"
-        if entry.endswith((".yaml", ".yml")) or "/" in entry or os.sep in entry:
+        if _is_path(entry):
             candidate = referrer.parent / entry
             if not candidate.is_file():
                 raise ConfigError(f"{where}: no such file {candidate}")
@@ -99,9 +111,7 @@ class _Load:
         return found[0]
 
     def _not_found(self, entry: str, referrer: Path) -> str:
-        places = [str(referrer.parent)] + [
-            d for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d
-        ]
+        places = [str(referrer.parent), *map(str, lookup.search_path())]
         root = lookup.layout_root(referrer)
         if root is not None:
             places.append(f"{root}/**/configs/optimization.yaml")
@@ -122,6 +132,42 @@ class _Load:
             message += f" (the search of {self.index.truncated[0]} stopped after "
             message += f"{lookup.SCAN_LIMIT} folders)"
         return message
+
+
+def resolve(ref: str | os.PathLike[str]) -> Path:
+    """The file of a config named by path, or by config ID (``metadata.id``, e.g.
+    ``turbo_physai.deformable_detr``): an existing file, or anything that looks like a path, is
+    a path; an ID is looked up in the directories of ``TURBO_PHYSAI_CONFIG_PATH``, then among
+    the shipped configs (:func:`config_ids`)."""
+    name = os.fspath(ref)
+    if _is_path(name) or Path(name).is_file():
+        return Path(name)
+    known = config_ids()
+    if name not in known:
+        raise ConfigError(
+            f"{name!r} is neither a config file nor a config ID; known IDs: "
+            f"{', '.join(sorted(known)) or 'none'} ({CONFIG_PATH_ENV} adds directories)"
+        )
+    return known[name]
+
+
+def config_ids() -> dict[str, Path]:
+    """Every config ID :func:`resolve` finds, with its file: those in the directories of
+    ``TURBO_PHYSAI_CONFIG_PATH`` first (the first file of an ID wins), then the shipped ones."""
+    index = lookup.Index()
+    found: dict[str, Path] = {}
+    for directory in lookup.search_path():
+        for path in lookup.yaml_files(directory):
+            config_id = index.id_of(path)
+            if isinstance(config_id, str):
+                found.setdefault(config_id, path)
+    for config_id, path in shipped().items():
+        found.setdefault(config_id, path)
+    return found
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
 
 
 def _empty() -> dict[str, Any]:

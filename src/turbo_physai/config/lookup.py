@@ -88,14 +88,12 @@ class Index:
                 if (directory / LAYOUT_FILE).is_file():
                     yield _real(directory / LAYOUT_FILE)
             else:
-                yield from _yaml_files(directory)
+                yield from yaml_files(directory)
 
     def _dirs(self, referrer: Path) -> Iterator[Path]:
         """Places 1-3: the referrer's folder, the search path, the layout's configs folders."""
         yield referrer.parent
-        for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep):
-            if d:
-                yield Path(d)
+        yield from search_path()
         root = layout_root(referrer)
         if root is None:
             return
@@ -108,6 +106,11 @@ class Index:
             subdirs[:] = sorted(d for d in subdirs if not d.startswith((".", "__")))
             if Path(current).name == LAYOUT_DIR:
                 yield Path(current)
+
+
+def search_path() -> list[Path]:
+    """The directories of ``TURBO_PHYSAI_CONFIG_PATH``."""
+    return [Path(d) for d in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if d]
 
 
 def layout_root(referrer: Path) -> Path | None:
@@ -124,14 +127,15 @@ def shipped() -> dict[str, Path]:
     """The configs shipped with the built-in catalogs, by ``metadata.id``."""
     index = Index()
     found: dict[str, Path] = {}
-    for path in _yaml_files(SHIPPED_DIR):
+    for path in yaml_files(SHIPPED_DIR):
         config_id = index.id_of(path)
         if isinstance(config_id, str):
             found.setdefault(config_id, path)
     return found
 
 
-def _yaml_files(directory: Path) -> Iterator[Path]:
+def yaml_files(directory: Path) -> Iterator[Path]:
+    """The configs of a folder (recipes left out), symlinks resolved."""
     try:
         names = sorted(os.listdir(directory))
     except OSError:

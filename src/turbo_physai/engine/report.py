@@ -164,11 +164,7 @@ class OptimizationReport:
         return text
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
-        lines = [f"# turbo_physai {self.mode} report", ""]
-        s = self.summary
-        lines.append(
-            f"{s['groups']} groups: " + ", ".join(f"{n} {k}" for k, n in s["decisions"].items())
-        )
+        lines = [f"# turbo_physai {self.mode} report", "", headline(self.to_dict())]
         lines += ["", "| group | decision | status | reasons | targets |", "|---|---|---|---|---|"]
         for g in self.groups:
             lines.append(
@@ -202,16 +198,30 @@ class OptimizationReport:
                 detail = f"{detail} ({g.error})" if detail else g.error
             rows.append((g.id, g.decision, g.status, detail or "-"))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [f"turbo_physai {self.mode}: {self.summary['decisions']}"]
+        lines = [f"turbo_physai {headline(self.to_dict())}"]
         for r in rows:
             lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
         for g in self.groups:
+            for c in g.checks:
+                if c.blocks:
+                    lines.append(f"  {g.id}: {c.reason or c.code}: {c.message}")
             for label, d in g.dispatchers.items():
                 c = d.counts
                 lines.append(
                     f"  dispatcher {label}: replacement={c['replacement']} original={c['original']}"
                 )
         return "\n".join(lines)
+
+
+def headline(report: dict[str, Any]) -> str:
+    """``check: 3 groups: 2 apply, 0 skip, 1 block (not ok)`` of a report's ``to_dict()``."""
+    s = report["summary"]
+    counts = ", ".join(f"{n} {decision}" for decision, n in s["decisions"].items())
+    ok = not s["decisions"][BLOCK] and not any(
+        s["statuses"].get(status) for status in (BLOCKED, ROLLED_BACK, NOT_STARTED)
+    )
+    noun = "group" if s["groups"] == 1 else "groups"
+    return f"{report['mode']}: {s['groups']} {noun}: {counts}" + ("" if ok else " (not ok)")
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:

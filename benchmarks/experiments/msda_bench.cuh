@@ -1,4 +1,4 @@
-// benchmarks/msda_bench.cuh: what the standalone CUDA benchmarks of ms_deform_attn share
+// benchmarks/experiments/msda_bench.cuh: what the standalone CUDA benchmarks of ms_deform_attn share
 // (msda_reduction_floor.cu, msda_forward16_gather.cu, msda_classic.cu): issue 6's shapes, their
 // sampling points' corner rows drawn as msda_cuda.py draws locations, error checks and
 // CUDA-event medians.

@@ -1,4 +1,4 @@
-// benchmarks/msda_forward16_gather.cu: the MSDA forward's gather of 16-bit value rows on the GPU,
+// benchmarks/experiments/msda_forward16_gather.cu: the MSDA forward's gather of 16-bit value rows on the GPU,
 // two ways, on issue 6's shapes: with CUDA cores (what the kept kernel does: a lane loads 8
 // channels of a corner row, converts each to float and adds weight * value) and with tensor cores
 // (rows loaded the same way, transposed in registers by `movmatrix`, multiplied by the corners'
@@ -7,7 +7,7 @@
 // off the issue slots; on the H200 they were slower all the same, the gather being bound by the
 // L1 (BENCHMARKS.md, "tensor cores on whole rows").
 //
-//   nvcc -std=c++17 -arch=sm_90a -O3 -I csrc/kernels benchmarks/msda_forward16_gather.cu \
+//   nvcc -std=c++17 -arch=sm_90a -O3 -I csrc/kernels benchmarks/experiments/msda_forward16_gather.cu \
 //     -o /tmp/gather16
 //   /tmp/gather16 [reps]
 //

@@ -1,9 +1,9 @@
-// benchmarks/msda_reduction_floor.cu: how long the memory traffic of MSDA alone takes on the GPU,
+// benchmarks/experiments/msda_reduction_floor.cu: how long the memory traffic of MSDA alone takes on the GPU,
 // for the corner rows of issue 6's shapes: the value gradient's float atomics (the floor of the
 // default CUDA backward, which also loads value and grad_output and computes the other gradients)
 // and the forward's corner loads (its floor: the kernel also reads and prepares the points).
 //
-//   nvcc -arch=sm_90a -O3 benchmarks/msda_reduction_floor.cu -o /tmp/floor
+//   nvcc -arch=sm_90a -O3 benchmarks/experiments/msda_reduction_floor.cu -o /tmp/floor
 //   /tmp/floor [reps]
 //   ncu --metrics lts__t_sectors_op_red.sum,lts__t_sectors_srcunit_tex_op_red.sum,\
 //     smsp__inst_executed_op_global_red.sum /tmp/floor 1

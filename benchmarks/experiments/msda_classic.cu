@@ -1,9 +1,9 @@
-// benchmarks/msda_classic.cu: our CUDA ms_deform_attn kernels against the classic formulation
+// benchmarks/experiments/msda_classic.cu: our CUDA ms_deform_attn kernels against the classic formulation
 // (Deformable DETR's kernel as copied into mmcv), both timed in one process on the same inputs,
 // so issue 6's "x times the classic kernel" is a ratio measured in one run rather than against
 // the issue's figures. Standalone (no torch); our kernels are linked from csrc/kernels:
 //
-//   nvcc -std=c++17 -arch=sm_90a -O3 -I csrc/kernels benchmarks/msda_classic.cu \
+//   nvcc -std=c++17 -arch=sm_90a -O3 -I csrc/kernels benchmarks/experiments/msda_classic.cu \
 //     csrc/kernels/ms_deform_attn/{forward,backward,slice_sums,sorted_sums}.cu -o /tmp/classic
 //   /tmp/classic [reps]
 //
