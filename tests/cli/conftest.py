@@ -3,6 +3,7 @@ their installed-distribution metadata, which publishes the fixture catalog) on P
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def cli(tmp_path, fixtures):
         environ = {k: v for k, v in os.environ.items() if not k.startswith("TURBO_PHYSAI")}
         environ["PYTHONPATH"] = run.pythonpath
         environ["COLUMNS"] = "250"  # rich folds table cells to the terminal width
+        # torchrun's rendezvous port (its --master-port): a free one, so that tests running in
+        # parallel (pytest -n) do not collide on the default 29500.
+        environ["PET_MASTER_PORT"] = str(_free_port())
         environ.update(env or {})
         return subprocess.run([sys.executable, "-m", "turbo_physai.cli", *map(str, args)],
                               cwd=tmp_path, env=environ, capture_output=True, text=True,
@@ -38,3 +42,9 @@ def cli(tmp_path, fixtures):
 
     run.pythonpath = os.pathsep.join([str(PACKAGE_ROOT), str(fixtures)])
     return run
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

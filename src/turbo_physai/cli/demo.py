@@ -122,7 +122,7 @@ def _main_job(args: argparse.Namespace, device: str, workdir: Path) -> int:
     )
 
     with _step(f"time stock and optimized in {reps} alternating rounds"):
-        timings, every_rollback_exact = _alternating(built, path, reps)
+        timings, every_rollback_exact = _alternating(built, tpa.load_config(path), reps)
     figures = [Figure.of(what, *sides) for what, sides in timings.items()]
     _table(figures, device, reps)
     for warning in _warnings(figures):
@@ -134,7 +134,7 @@ def _main_job(args: argparse.Namespace, device: str, workdir: Path) -> int:
     return 0 if agree[0] and restored and exact and every_rollback_exact else 1
 
 
-def _alternating(built: Any, path: Path, reps: int) -> tuple[dict[str, tuple[list, list]], bool]:
+def _alternating(built: Any, config: Any, reps: int) -> tuple[dict[str, tuple[list, list]], bool]:
     """Per round: stock, then optimized (applied for the round, rolled back after it).
     Training steps run in the first half of the rounds (at least 2); one untimed warm-up round.
     Returns the times per kind of run (stock, optimized) and whether every rollback was exact."""
@@ -147,7 +147,7 @@ def _alternating(built: Any, path: Path, reps: int) -> tuple[dict[str, tuple[lis
     for round_ in range(-1, reps):  # round -1 warms both sides up
         for side in (0, 1):
             if side:
-                tpa.apply(path, strict=True)
+                tpa.apply(config, strict=True)
             try:
                 for what, (train, rounds) in kinds.items():
                     if round_ < rounds:
