@@ -21,7 +21,9 @@ tpa_stamp=.venv/turbo_physai-$tpa_profile.stamp
 tpa_stale() {
     [ ! -f "$tpa_stamp" ] && return 0
     [ "$tpa_profile" = test ] && [ ! -f build/tests/CTestTestfile.cmake ] && return 0
-    [ -n "$(find pyproject.toml CMakeLists.txt csrc src -newer "$tpa_stamp" -type f \
+    local sources=(pyproject.toml CMakeLists.txt csrc src)
+    [ "$tpa_profile" = test ] && sources+=(tests/cpp)
+    [ -n "$(find "${sources[@]}" -newer "$tpa_stamp" -type f \
         \( -name '*.py' -o -name '*.pyi' -o -name '*.[ch]' -o -name '*.[ch]pp' -o -name '*.cu' \
         -o -name '*.cuh' -o -name '*.yaml' -o -name '*.toml' -o -name '*.txt' \) -print -quit)" ]
 }
