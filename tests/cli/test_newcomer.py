@@ -106,8 +106,11 @@ def test_list_names_host_libraries_and_their_releases(cli, tmp_path):
     env = _blocked(tmp_path, cli)  # nothing blocked: the fixture catalog and the built-ins
     rows = json.loads(cli("list", "--json", env=env).stdout)
     hosts = {r["catalog"]: r["host_packages"] for r in rows}
-    assert hosts["turbo_physai.catalogs.openmmlab"] == {
-        "mmcv-full": None, "mmcv": None, "mmdet3d": None, "flash-attn": None}
+    mmcv = "turbo_physai.optimizations.common.mmcv.catalog"
+    assert hosts[mmcv] == {"mmcv-full": None, "mmcv": None}
+    assert hosts["turbo_physai.optimizations.models.bevfusion.catalog"] == {
+        "mmdet3d": None, "flash-attn": None}
+    assert hosts["turbo_physai.optimizations.models.cosmos3.catalog"] == {}  # a source tree
     assert hosts["tpa_fixture_catalog"] is None  # declares no HOST_PACKAGES
     transformers = hosts["turbo_physai.catalogs.transformers"]["transformers"]
     try:

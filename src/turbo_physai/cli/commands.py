@@ -58,7 +58,9 @@ def list_groups(args: argparse.Namespace) -> int:
             for name, of in catalogs.items()
         ],
     )
-    missing = [n for h in hosts.values() if h for n, release in h.items() if release is None]
+    missing = list(
+        dict.fromkeys(n for h in hosts.values() if h for n, release in h.items() if release is None)
+    )
     if missing:
         render.console.print(
             f"not installed here: {', '.join(missing)}; install a host library with pip "
@@ -99,6 +101,8 @@ def _host_packages(catalog: str) -> dict[str, str | None] | None:
 def _host_cell(releases: dict[str, str | None] | None) -> str:
     if releases is None:
         return "- (the catalog declares no HOST_PACKAGES)"
+    if not releases:
+        return "- (a source tree, no distribution)"
     return "\n".join(f"{name} {release or 'not installed'}" for name, release in releases.items())
 
 

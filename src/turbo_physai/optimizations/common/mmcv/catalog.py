@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from ....engine.declarations import group, replace
 
+#: The distributions whose code this catalog patches (`turbo-physai list` shows their releases):
+#: MMCV 1.x as mmcv-full, or 2.x as mmcv.
+HOST_PACKAGES = ("mmcv-full", "mmcv")
+
 _OPS = "turbo_physai.ops.frontends"  # mmcv-compatible MSDA entry points
 _MDC = "turbo_physai.optimizations.common.mmcv.mdc"
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 from ....engine.declarations import group, replace
 from ...unsupported import PLATFORM, UNAVAILABLE, blocked, target
 
+#: The distribution whose code this catalog patches (`turbo-physai list` shows its release).
+HOST_PACKAGES = ("mmdet3d",)
+
 _OPT = "turbo_physai.optimizations.common.mmdet3d"
 _POOL = "mmdet3d.ops.bev_pool.bev_pool"
 _HCU = "TurboPhysAI's HIP kernel for Hygon DCUs ({}); turbo_physai targets CUDA and CPU, where"

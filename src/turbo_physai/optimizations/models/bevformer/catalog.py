@@ -14,6 +14,10 @@ from __future__ import annotations
 from ....engine.declarations import group, replace, wrap
 from ...unsupported import UNAVAILABLE, blocked, target
 
+#: BEVFormer is a source tree, not a distribution: `turbo-physai list` shows the releases of the
+#: OpenMMLab packages it runs on.
+HOST_PACKAGES = ("mmcv-full", "mmcv", "mmdet3d")
+
 _OPT = "turbo_physai.optimizations"
 _MDC = f"{_OPT}.common.mmcv.mdc"
 _COMPILE = f"{_OPT}.models.bevformer.compile.compile_wrapper"

@@ -14,6 +14,10 @@ from ....compatibility import import_alias, optional_import, registry_override
 from ....engine.declarations import group, replace_import, wrap
 from ...unsupported import UNAVAILABLE, blocked, target
 
+#: BEVFusion is a source tree, not a distribution: `turbo-physai list` shows the releases of its
+#: vendored MMDetection3D and of flash-attn, which its attention groups patch.
+HOST_PACKAGES = ("mmdet3d", "flash-attn")
+
 _OPT = "turbo_physai.optimizations.models.bevfusion"
 _GAUSSIAN = "mmdet3d.core.utils.gaussian"
 _HEAD = "mmdet3d.models.heads.bbox.transfusion"

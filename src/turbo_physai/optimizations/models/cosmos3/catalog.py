@@ -14,6 +14,9 @@ from __future__ import annotations
 from ....engine.declarations import group, replace
 from ...unsupported import PLATFORM, UNAVAILABLE, blocked, module, target
 
+#: Cosmos is installed from its source tree; no distribution names it (`turbo-physai list`).
+HOST_PACKAGES = ()
+
 _CF = "cosmos_framework"
 _ATT = f"{_CF}.model.attention"
 _GEN = f"{_CF}.model.generator"

@@ -11,6 +11,10 @@ from __future__ import annotations
 from ....engine.declarations import group, wrap
 from ...unsupported import PLATFORM, UNAVAILABLE, blocked, target
 
+#: OpenVLA (``prismatic``) is installed from its source tree; no distribution names it
+#: (`turbo-physai list`).
+HOST_PACKAGES = ()
+
 _OPT = "turbo_physai.optimizations.models.openvla.training"
 _REWRITE = "turbo_physai has no replacement for TurboPhysAI's {}"
 _STRATEGY = "prismatic.training.strategies"
