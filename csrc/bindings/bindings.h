@@ -12,6 +12,9 @@ void bind_journal(nb::module_ &m);
 void bind_dispatcher(nb::module_ &m);
 void bind_kernel_registry(nb::module_ &m);
 void bind_fake_quant_fp8(nb::module_ &m);
+void bind_fake_quant_int8(nb::module_ &m);
+void bind_fake_quant_int_grouped(nb::module_ &m);
+void bind_fake_quant_fp4(nb::module_ &m);
 void bind_ms_deform_attn(nb::module_ &m);
 
 }  // namespace turbo_physai::bindings

@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "fake_quant_fp8/fake_quant_fp8.h"
+#include "quant_arrays.h"
 #ifdef TPA_WITH_CUDA
 #include "cuda_device.h"
 #include "fake_quant_fp8/fake_quant_fp8_cuda.h"
@@ -15,55 +16,40 @@ namespace turbo_physai::bindings {
 namespace {
 
 using kernels::FakeQuantFp8Args;
-
-std::string shape_of(std::size_t ndim, const std::int64_t *shape) {
-    std::string s = "(";
-    for (std::size_t i = 0; i < ndim; ++i)
-        s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + (ndim == 1 ? ",)" : ")");
-}
+constexpr const char *kOp = "fake_quant_fp8";
 
 // Rows of x are dim 0; everything behind it must be one contiguous run of `cols` elements.
 template <class Array>
 std::int64_t row_stride(const Array &a, const char *what, std::int64_t &cols) {
     cols = 1;
     for (std::size_t i = a.ndim(); i-- > 1;) {
-        if (a.shape(i) != 1 && a.stride(i) != cols)
-            throw nb::value_error((std::string("fake_quant_fp8: ") + what +
-                                   " must be contiguous behind dim 0")
-                                      .c_str());
+        quant::require(a.shape(i) == 1 || a.stride(i) == cols, kOp,
+                       std::string(what) + " must be contiguous behind dim 0");
         cols *= static_cast<std::int64_t>(a.shape(i));
     }
     return a.ndim() ? a.stride(0) : 0;
 }
 
 template <class In, class Out>
-FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out) {
+FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out, bool straight_through) {
     FakeQuantFp8Args a{};
     a.x = x.data();
     a.scale = scale.data();
     a.out = out.data();
+    a.straight_through = straight_through;
     a.rows = x.ndim() ? static_cast<std::int64_t>(x.shape(0)) : 1;
     std::int64_t out_cols = 0;
     a.x_row_stride = row_stride(x, "x", a.cols);
     a.out_row_stride = row_stride(out, "out", out_cols);
-    bool same_shape = x.ndim() == out.ndim();
-    for (std::size_t i = 0; same_shape && i < x.ndim(); ++i)
-        same_shape = x.shape(i) == out.shape(i);
-    if (!same_shape)
-        throw nb::value_error(("fake_quant_fp8: out has shape " +
-                               shape_of(out.ndim(), out.shape_ptr()) + ", expected x's shape " +
-                               shape_of(x.ndim(), x.shape_ptr()))
-                                  .c_str());
+    quant::require_same_shape(out, "out", x, "x", kOp);
     if (scale.size() == 1) {
         a.scale_stride = 0;
-    } else if (scale.ndim() == 1 && static_cast<std::int64_t>(scale.shape(0)) == a.rows) {
-        a.scale_stride = scale.stride(0);
     } else {
-        throw nb::value_error(("fake_quant_fp8: scale must have 1 element (per-tensor) or shape (" +
-                               std::to_string(a.rows) + ",) (per-channel along dim 0 of x), got " +
-                               shape_of(scale.ndim(), scale.shape_ptr()))
-                                  .c_str());
+        quant::require(
+            scale.ndim() == 1 && static_cast<std::int64_t>(scale.shape(0)) == a.rows, kOp,
+            "scale must have 1 element (per-tensor) or shape (" + std::to_string(a.rows) +
+                ",) (per-channel along dim 0 of x), got " + quant::shape_of(scale));
+        a.scale_stride = scale.stride(0);
     }
     return a;
 }
@@ -71,20 +57,22 @@ FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out) {
 using CpuIn = nb::ndarray<const float, nb::device::cpu>;
 using CpuOut = nb::ndarray<float, nb::device::cpu>;
 
-void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out) {
-    const FakeQuantFp8Args args = describe(x, scale, out);
+void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straight_through,
+             int max_threads) {
+    const FakeQuantFp8Args args = describe(x, scale, out, straight_through);
     nb::gil_scoped_release released;
-    kernels::fake_quant_fp8_cpu(args);
+    kernels::fake_quant_fp8_cpu(args, max_threads);
 }
 
 #ifdef TPA_WITH_CUDA
 using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
-void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uintptr_t stream) {
-    if (x.device_id() != scale.device_id() || x.device_id() != out.device_id())
-        throw nb::value_error("fake_quant_fp8: x, scale and out must be on the same CUDA device");
-    const FakeQuantFp8Args args = describe(x, scale, out);
+void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uintptr_t stream,
+              bool straight_through) {
+    quant::require(quant::on_one_device(x, scale, out), kOp,
+                   "x, scale and out must be on the same CUDA device");
+    const FakeQuantFp8Args args = describe(x, scale, out, straight_through);
     const CudaDeviceGuard on_device(x.device_id());
     const cudaError_t err =
         kernels::fake_quant_fp8_cuda(args, reinterpret_cast<cudaStream_t>(stream));
@@ -99,11 +87,15 @@ void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uin
 void bind_fake_quant_fp8(nb::module_ &m) {
     // noconvert: an implicit dtype/device conversion would write `out` into a temporary copy.
     m.def("fake_quant_fp8_cpu", &run_cpu, nb::arg("x").noconvert(), nb::arg("scale").noconvert(),
-          nb::arg("out").noconvert(),
-          "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12); float32, CPU.");
+          nb::arg("out").noconvert(), nb::arg("straight_through") = false,
+          nb::arg("max_threads") = 0,
+          "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12); with "
+          "straight_through, x + (that - x). float32, CPU.");
 #ifdef TPA_WITH_CUDA
     m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x").noconvert(),
-          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("stream"), "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
+          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("stream"),
+          nb::arg("straight_through") = false,
+          "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
     m.attr("cuda_kernels") = true;
 #else
     m.attr("cuda_kernels") = false;

@@ -8,5 +8,8 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_dispatcher(m);
     turbo_physai::bindings::bind_kernel_registry(m);
     turbo_physai::bindings::bind_fake_quant_fp8(m);
+    turbo_physai::bindings::bind_fake_quant_int8(m);
+    turbo_physai::bindings::bind_fake_quant_int_grouped(m);
+    turbo_physai::bindings::bind_fake_quant_fp4(m);
     turbo_physai::bindings::bind_ms_deform_attn(m);
 }

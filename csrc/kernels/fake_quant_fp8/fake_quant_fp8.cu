@@ -12,7 +12,9 @@ __global__ void fake_quant_fp8_kernel(FakeQuantFp8Args a) {
          i < total; i += step) {
         const std::int64_t r = i / a.cols, c = i - r * a.cols;
         const float s = fake_quant_fp8_scale(a.scale[r * a.scale_stride]);
-        a.out[r * a.out_row_stride + c] = fake_quant_fp8_value(a.x[r * a.x_row_stride + c], s);
+        const float x = a.x[r * a.x_row_stride + c];
+        const float q = fake_quant_fp8_value(x, s);
+        a.out[r * a.out_row_stride + c] = a.straight_through ? quant::straight_through(q, x) : q;
     }
 }
 
@@ -20,7 +22,7 @@ __global__ void fake_quant_fp8_kernel(FakeQuantFp8Args a) {
 
 cudaError_t fake_quant_fp8_cuda(const FakeQuantFp8Args &args, cudaStream_t stream) {
     const std::int64_t total = args.rows * args.cols;
-    if (total == 0)
+    if (args.rows <= 0 || args.cols <= 0)
         return cudaSuccess;
     constexpr int kThreads = 256;
     // Enough blocks to fill any current GPU; the grid-stride loop covers the rest.

@@ -7,27 +7,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define TPA_HOST_DEVICE __host__ __device__
-#else
-#define TPA_HOST_DEVICE
-#endif
+#include "quant_math/torch_float.h"
 
 namespace turbo_physai::kernels {
-
-TPA_HOST_DEVICE inline std::uint32_t float_bits(float f) {
-    std::uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-TPA_HOST_DEVICE inline float bits_float(std::uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /// Encodes a value already clamped to [-448, 448] (or NaN). Round to nearest, ties to even.
 /// Written without branches (both roundings computed, one selected) so loops vectorize.
@@ -57,13 +40,17 @@ TPA_HOST_DEVICE inline float fp8_e4m3fn_decode(std::uint8_t code) {
 }
 
 /// The scale floor of SPEC section 6; NaN passes through as torch's clamp lets it.
-TPA_HOST_DEVICE inline float fake_quant_fp8_scale(float s) { return s < 1e-12f ? 1e-12f : s; }
+TPA_HOST_DEVICE inline float fake_quant_fp8_scale(float s) { return quant::clamp_min(s, 1e-12f); }
 
 /// One element of fake_quant_fp8 with a floored scale, same operation order as the reference.
 TPA_HOST_DEVICE inline float fake_quant_fp8_value(float x, float s) {
-    float v = x / s;
-    v = v < -448.0f ? -448.0f : (v > 448.0f ? 448.0f : v);  // NaN compares false: kept
-    return fp8_e4m3fn_decode(fp8_e4m3fn_encode(v)) * s;
+    const float v = quant::clamp(quant::div(x, s), -448.0f, 448.0f);
+    return quant::mul(fp8_e4m3fn_decode(fp8_e4m3fn_encode(v)), s);
+}
+
+/// `v.to(float8_e4m3fn).float()` for a v already clamped to [-448, 448] (or NaN).
+TPA_HOST_DEVICE inline float fp8_e4m3fn_round(float v) {
+    return fp8_e4m3fn_decode(fp8_e4m3fn_encode(v));
 }
 
 }  // namespace turbo_physai::kernels

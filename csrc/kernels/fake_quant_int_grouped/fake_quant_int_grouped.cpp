@@ -1,0 +1,93 @@
+// csrc/kernels/fake_quant_int_grouped/fake_quant_int_grouped.cpp: grouped int weights on the CPU.
+#include "fake_quant_int_grouped/fake_quant_int_grouped.h"
+
+#include <algorithm>
+
+#include "quant_math/torch_float.h"
+#include "turbo_physai/parallel.h"
+
+namespace turbo_physai::kernels {
+namespace {
+
+constexpr std::int64_t kGrain = 1 << 15;  // elements per chunk handed to a thread
+constexpr float kEps = 1e-12f;
+
+struct Range {
+    float qmin, qmax;
+};
+
+Range range_of(int bits) {
+    const std::int64_t half = std::int64_t{1} << (bits - 1);
+    return {static_cast<float>(-half), static_cast<float>(half - 1)};
+}
+
+TPA_QUANT_CLONES float group_amax(const float *w, std::int64_t n) {
+    float m = 0.0f;  // the reference pads short groups with zeros: the same maximum
+    for (std::int64_t i = 0; i < n; ++i)
+        m = quant::max_keep_nan(m, std::fabs(w[i]));
+    return m;
+}
+
+TPA_QUANT_CLONES void quantize_group(const float *w, float *out, std::int64_t n, float s,
+                                     Range q) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float code = quant::clamp(quant::round_half_even(w[i] / s), q.qmin, q.qmax);
+        out[i] = quant::straight_through(quant::mul_first(code, s), w[i]);
+    }
+}
+
+TPA_QUANT_CLONES void unpack_group(const std::uint8_t *payload, std::int64_t first,
+                                   std::int64_t n, float s, int bits, float qmin, float *out) {
+    const int log_per_byte = bits == 4 ? 1 : 2;  // 2 or 4 codes a byte
+    const std::int64_t last_in_byte = (std::int64_t{1} << log_per_byte) - 1;
+    const unsigned mask = (1u << bits) - 1u;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t k = first + i;
+        const int shift = static_cast<int>(k & last_in_byte) * bits;
+        const unsigned code = (payload[k >> log_per_byte] >> shift) & mask;
+        out[i] = (static_cast<float>(code) + qmin) * s;
+    }
+}
+
+}  // namespace
+
+void fake_quant_int_grouped_cpu(const IntGroupedArgs &a, int max_threads) {
+    if (a.rows <= 0 || a.cols <= 0)
+        return;
+    const Range q = range_of(a.bits);
+    const std::int64_t groups = (a.cols + a.group_size - 1) / a.group_size;
+    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / a.group_size);
+    parallel_for(a.rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+            const std::int64_t r = i / groups, g = i - r * groups;
+            const std::int64_t c0 = g * a.group_size;
+            const std::int64_t n = std::min(a.group_size, a.cols - c0);
+            const float *w = a.w + r * a.w_row_stride + c0;
+            const float s = a.scale ? quant::clamp_min(a.scale[r * a.scale_row_stride +
+                                                               g * a.scale_group_stride], kEps)
+                                    : quant::clamp_min(group_amax(w, n) / q.qmax, kEps);
+            quantize_group(w, a.out + r * a.cols + c0, n, s, q);
+        }
+    });
+}
+
+void unpack_int_grouped_cpu(const UnpackIntGroupedArgs &a, int max_threads) {
+    if (a.rows <= 0 || a.width <= 0)
+        return;
+    const float qmin = range_of(a.bits).qmin;
+    const std::int64_t groups = (a.width + a.group_size - 1) / a.group_size;
+    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / a.group_size);
+    parallel_for(a.rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+            const std::int64_t r = i / groups, g = i - r * groups;
+            const std::int64_t c0 = g * a.group_size;
+            const float s = quant::clamp_min(
+                a.scale[r * a.scale_row_stride + g * a.scale_group_stride], kEps);
+            unpack_group(a.payload + r * a.payload_row_stride, c0,
+                         std::min(a.group_size, a.width - c0), s, a.bits, qmin,
+                         a.out + r * a.width + c0);
+        }
+    });
+}
+
+}  // namespace turbo_physai::kernels
