@@ -11,6 +11,12 @@ FP8_E4M3_MAX = 448.0
 SCALE_MIN = 1e-12
 
 
+def fp8_per_channel(x: torch.Tensor, scale: torch.Tensor) -> bool:
+    """The slot's one departure from broadcasting: a 1-D scale as long as x's dim 0 scales the
+    rows of x (per-channel), where torch would broadcast it along x's last dim."""
+    return scale.dim() == 1 and scale.numel() != 1 and x.dim() >= 1 and scale.shape[0] == x.shape[0]
+
+
 def check_fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor, impl: str) -> None:
     """Raise a ValueError/TypeError naming the implementation, the tensor and what was expected."""
     where = f"fake_quant_fp8 (implementation {impl!r})"
@@ -21,20 +27,24 @@ def check_fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor, impl: str) -> Non
             raise TypeError(f"{where}: {label} must be a floating tensor, got {t.dtype}")
     if scale.device != x.device:
         raise ValueError(f"{where}: scale is on {scale.device}, x on {x.device}")
-    channels = x.shape[0] if x.dim() else 1
-    if scale.numel() != 1 and (scale.dim() != 1 or scale.shape[0] != channels):
-        raise ValueError(
-            f"{where}: scale must have 1 element (per-tensor) or shape ({channels},) "
-            f"(per-channel along dim 0 of x with shape {tuple(x.shape)}), "
-            f"got shape {tuple(scale.shape)}"
-        )
+    if not fp8_per_channel(x, scale):
+        try:
+            torch.broadcast_shapes(x.shape, scale.shape)
+        except RuntimeError:
+            channels = x.shape[0] if x.dim() else 1
+            raise ValueError(
+                f"{where}: scale must have 1 element (per-tensor) or shape ({channels},) "
+                f"(per-channel along dim 0 of x with shape {tuple(x.shape)}) or a shape that "
+                f"broadcasts against x's, got shape {tuple(scale.shape)}"
+            ) from None
 
 
 def fake_quant_fp8_forward(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``(x / s).clamp(+-448) -> float8_e4m3fn -> float32 * s`` with ``s = max(scale, 1e-12)``,
-    computed in float32 and returned in x's dtype. No autograd: see :func:`fake_quant_fp8`."""
+    computed in float32 and returned in x's dtype, with the shape x and scale broadcast to.
+    No autograd: see :func:`fake_quant_fp8`."""
     s = scale.to(torch.float32).clamp(min=SCALE_MIN)
-    if s.numel() != 1:
+    if fp8_per_channel(x, s):
         s = s.reshape((-1,) + (1,) * (x.dim() - 1))
     q = (x.to(torch.float32) / s).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     return (q.to(torch.float8_e4m3fn).to(torch.float32) * s).to(x.dtype)
@@ -43,16 +53,17 @@ def fake_quant_fp8_forward(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor
 class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        ctx.x_shape = x.shape
         return fake_quant_fp8_forward(x, scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
+        return grad.sum_to_size(ctx.x_shape), None
 
 
 def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Reference of the ``fake_quant_fp8`` slot: per-tensor or per-channel (dim 0) scale,
-    straight-through gradient to ``x``, none to ``scale``."""
+    """Reference of the ``fake_quant_fp8`` slot: per-tensor, per-channel (dim 0) or broadcast
+    scale, straight-through gradient to ``x`` (summed where x was broadcast), none to ``scale``."""
     check_fake_quant_fp8(x, scale, "reference")
     if exporting():  # an autograd.Function would be traced as an opaque PythonOp
         return fake_quant_fp8_forward(x, scale)

@@ -1,58 +1,143 @@
 """``torch.ops.turbo_physai.fake_quant_fp8``: the C++ CPU / CUDA kernels as a torch custom op.
 
+``fake_quant_fp8(x, scale, straight_through=False)`` computes ``q = fp8_e4m3fn(clamp(x / s,
++-448)) * s`` with ``s = max(scale, 1e-12)``. The scale is per-tensor (one element), per-channel
+along dim 0 (a 1-D scale as long as x's dim 0: our slot's convention) or any shape that
+broadcasts against x; the result has the shape x and scale broadcast to (a 0-d x with a (1,)
+scale gives (1,), as the slot's reference does). ``straight_through`` returns LibreYOLO's
+forward ``x + (q - x)`` instead of q: in float32 the two differ in the last bit for about a
+quarter of the elements of wide-range inputs, and LibreYOLO's slot
+(:func:`turbo_physai.ops.quant.fake_quant_fp8`) needs its bits. The gradient is straight-through
+to x (summed over the dims x was broadcast along), none to the scale.
+
 A ``torch.library`` custom op with a fake implementation, so it stays inside ``torch.compile``
-and ``torch.export`` graphs, and a straight-through autograd formula. float32 inputs run the
-native kernels; other floating dtypes run the reference math (same result, no fast path).
+and ``torch.export`` graphs; :func:`fake_quant_fp8` calls its kernel directly in plain eager
+execution (``ops/_quant_ops.py``). float32 inputs run the native kernels; other floating dtypes
+run the reference math (same result, no fast path).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from turbo_physai import _core
 from turbo_physai.kernels import reference
+from turbo_physai.ops import quant_reference
 from turbo_physai.ops._dlpack import capsules
+from turbo_physai.ops._eager import profiled
+from turbo_physai.ops._quant_ops import define, fast, grad_needed, native, stream, threads
 
 _NAME = "turbo_physai::fake_quant_fp8"
 
 
-@torch.library.custom_op(_NAME, mutates_args=())
-def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    reference.check_fake_quant_fp8(x, scale, _NAME)
-    native = x.dtype == torch.float32 and scale.dtype == torch.float32
-    if not native or x.device.type not in ("cpu", "cuda"):
-        return reference.fake_quant_fp8_forward(x, scale).contiguous()
-    x = x.contiguous()
-    flat_scale = scale.reshape(-1).contiguous()
-    out = torch.empty_like(x)
-    if x.device.type == "cpu":
-        _core.fake_quant_fp8_cpu(*capsules(x, flat_scale, out))
-    elif _core.cuda_kernels:
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        _core.fake_quant_fp8_cuda(*capsules(x, flat_scale, out), stream)
+def layout(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Size, int]:
+    """``(shape, k)``: the result's shape, and how many of its leading dims the scale varies
+    along (it is constant over the rest, so the result is rows x cols with a scale a row)."""
+    if scale.numel() == 1:
+        return torch.broadcast_shapes(x.shape, scale.shape), 0
+    if reference.fp8_per_channel(x, scale):
+        return x.shape, 1
+    shape = torch.broadcast_shapes(x.shape, scale.shape)
+    lead = len(shape) - scale.dim()
+    return shape, max((lead + i + 1 for i, n in enumerate(scale.shape) if n != 1), default=0)
+
+
+def _row_scales(x: torch.Tensor, scale: torch.Tensor, shape: torch.Size, k: int) -> torch.Tensor:
+    """One float32 scale per row (copied only where the scale is broadcast along a row dim)."""
+    if k == 0 or reference.fp8_per_channel(x, scale):
+        return scale.reshape(-1).contiguous()
+    aligned = scale.reshape((1,) * (len(shape) - scale.dim()) + tuple(scale.shape))
+    return aligned.expand(*shape[:k], *aligned.shape[k:]).reshape(-1).contiguous()
+
+
+def _portable(x: torch.Tensor, scale: torch.Tensor, straight_through: bool) -> torch.Tensor:
+    if straight_through:
+        return quant_reference.fake_quant_fp8(x, scale)
+    return reference.fake_quant_fp8_forward(x, scale)
+
+
+def kernel(x: torch.Tensor, scale: torch.Tensor, straight_through: bool = False) -> torch.Tensor:
+    """The op's CPU and CUDA kernel (no autograd); inputs already checked."""
+    if not native(x, scale, cuda=_core.cuda_kernels):
+        return _portable(x, scale, straight_through).contiguous()
+    shape, k = layout(x, scale)
+    rows, cols = math.prod(shape[:k]), math.prod(shape[k:])
+    s = _row_scales(x, scale, shape, k)
+    x = x.expand(shape).reshape(rows, cols).contiguous()
+    out = torch.empty(shape, dtype=torch.float32, device=x.device)
+    if x.is_cuda:
+        _core.fake_quant_fp8_cuda(*capsules(x, s, out.view(rows, cols)), stream(x),
+                                  straight_through)
     else:
-        return reference.fake_quant_fp8_forward(x, scale).contiguous()
+        _core.fake_quant_fp8_cpu(*capsules(x, s, out.view(rows, cols)), straight_through,
+                                 threads())
     return out
 
 
-@fake_quant_fp8.register_fake
-def _(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def _checked_kernel(x, scale, straight_through=False):
     reference.check_fake_quant_fp8(x, scale, _NAME)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return kernel(x, scale, straight_through)
 
 
-def _backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-    return grad, None  # straight-through to x; the scale gets no gradient
+def _fake(x, scale, straight_through=False):
+    reference.check_fake_quant_fp8(x, scale, _NAME)
+    if not native(x, scale):
+        return _portable(x, scale, straight_through).contiguous()
+    return x.new_empty(layout(x, scale)[0])
 
 
-fake_quant_fp8.register_autograd(_backward)
+_op = define(_NAME, "(Tensor x, Tensor scale, bool straight_through=False) -> Tensor",
+             _checked_kernel, _checked_kernel, _fake)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.x_shape = inputs[0].shape
+
+
+def _backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    # straight-through to x (summed where x was broadcast); the scale gets no gradient
+    return grad.sum_to_size(ctx.x_shape), None, None
+
+
+_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Function(torch.autograd.Function):
+    """The eager fast path's autograd: the same kernel and the same backward as the op."""
+
+    @staticmethod
+    def forward(ctx, x, scale, straight_through):
+        ctx.x_shape = x.shape
+        return kernel(x, scale, straight_through)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+
+def run(x: torch.Tensor, scale: torch.Tensor, straight_through: bool) -> torch.Tensor:
+    """The op, or in plain eager execution its kernel directly (the same bits)."""
+    if fast(x, scale) and native(x, scale, cuda=_core.cuda_kernels):
+        reference.check_fake_quant_fp8(x, scale, _NAME)
+        if grad_needed(x, scale):
+            return profiled(_NAME, _Function.apply, x, scale, straight_through)
+        return profiled(_NAME, kernel, x, scale, straight_through)
+    return _op(x, scale, straight_through)
+
+
+def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The ``fake_quant_fp8`` slot's semantics (q, not the straight-through sum) on our kernels:
+    per-tensor, per-channel (dim 0) or broadcast scale; see the module doc."""
+    return run(x, scale, False)
 
 
 def register_kernels(register: Callable[..., None]) -> None:
     """Built-in provider hook (turbo_physai.kernels.providers.BUILTIN)."""
-    op = torch.ops.turbo_physai.fake_quant_fp8.default
-    register("fake_quant_fp8", op, name="cpp", requires={"device": "cpu", "dtype": "float32"})
+    register("fake_quant_fp8", fake_quant_fp8, name="cpp",
+             requires={"device": "cpu", "dtype": "float32"})
     if _core.cuda_kernels and torch.cuda.is_available():
-        register("fake_quant_fp8", op, name="cuda", requires={"device": "cuda", "dtype": "float32"})
+        register("fake_quant_fp8", fake_quant_fp8, name="cuda",
+                 requires={"device": "cuda", "dtype": "float32"})

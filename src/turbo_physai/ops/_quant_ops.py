@@ -1,0 +1,75 @@
+"""What the quantization ops share: when to take the eager fast path, threads, streams, ops.
+
+Every quantization op is a ``torch.library`` custom op (graphs, fake tensors, modes and
+transforms see it), and its front calls the same kernel functions directly where nothing but
+plain eager execution would see the call (``ops/_eager.py``): on small tensors torch's custom-op
+machinery costs more than the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from turbo_physai.kernels._torch import exporting
+from turbo_physai.ops._eager import dispatcher_needed
+
+_Tensor = torch.Tensor
+
+__all__ = ["define", "fast", "grad_needed", "native", "portable_only", "stream", "threads"]
+
+
+def portable_only() -> bool:
+    """True under ``torch.jit.trace`` and TorchScript-based ONNX export: the fronts then run the
+    portable formulation (its ``torch.fake_quantize_*`` become QuantizeLinear/DequantizeLinear).
+    Not asked while dynamo traces (it cannot read the exporter's flags): our ops stay in
+    ``torch.compile``/``torch.export`` graphs."""
+    return not torch.compiler.is_compiling() and exporting()
+
+
+def native(*tensors: torch.Tensor | None, cuda: bool = True) -> bool:
+    """True where the kernels take these tensors as they are: plain float32 tensors on the CPU
+    (or CUDA, where the op has CUDA kernels), all on one device. None entries are skipped."""
+    first = None
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, _Tensor):
+            return False
+        if t.dtype is not torch.float32:
+            return False
+        if first is None:
+            first = t.device
+            if not (first.type == "cpu" or (cuda and first.type == "cuda")):
+                return False
+        elif t.device != first:
+            return False
+    return True
+
+
+def fast(*tensors: torch.Tensor | None) -> bool:
+    """True where the eager fast path may call the kernel functions directly: nothing but plain
+    eager execution sees the call and every tensor is a plain ``torch.Tensor``."""
+    return not dispatcher_needed() and all(t is None or type(t) is _Tensor for t in tensors)
+
+
+def grad_needed(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def stream(t: torch.Tensor) -> int:
+    """The caller's current CUDA stream on t's device, for a kernel launch."""
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+threads = torch.get_num_threads
+
+
+def define(name: str, schema: str, cpu: Callable, cuda: Callable | None, fake: Callable):
+    """A custom op running ``cpu``/``cuda`` on tensors of that device, with a fake."""
+    op = torch.library.custom_op(name, cpu, mutates_args=(), device_types="cpu", schema=schema)
+    if cuda is not None:
+        op.register_kernel("cuda", cuda)
+    op.register_fake(fake)
+    return op
