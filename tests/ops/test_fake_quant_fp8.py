@@ -127,12 +127,13 @@ def test_straight_through_gradient():
     assert s.grad is None
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_opcheck(per_channel):
+@pytest.mark.parametrize("scale_shape", [(), (4,), (4, 1), (1, 6)])
+@pytest.mark.parametrize("straight_through", [False, True])
+def test_opcheck(scale_shape, straight_through):
     x = torch.randn(4, 6) * 300
-    s = torch.rand(4) + 0.1 if per_channel else torch.tensor(2.0)
-    torch.library.opcheck(OP, (x, s))
-    torch.library.opcheck(OP, (x.clone().requires_grad_(), s))
+    s = torch.rand(scale_shape) + 0.1
+    torch.library.opcheck(OP, (x, s, straight_through))
+    torch.library.opcheck(OP, (x.clone().requires_grad_(), s, straight_through))
 
 
 def test_bad_inputs_name_the_problem():
@@ -164,12 +165,91 @@ def test_registered_implementations_conform():
 
 def test_slot_runs_the_cpp_kernel_for_float32_cpu():
     x, s = torch.randn(8, 8), torch.tensor(0.5)
-    assert kernels.resolve("fake_quant_fp8", x, s) is OP
+    assert kernels.resolve("fake_quant_fp8", x, s) is op_module.fake_quant_fp8
     assert kernels.resolve("fake_quant_fp8", x.half(), s) is reference.fake_quant_fp8
     # active() names the newest registration: the CUDA one where it can run.
     newest = "cuda" if torch.cuda.is_available() and _core.cuda_kernels else "cpp"
     assert kernels.active()["fake_quant_fp8"] == newest
-    assert op_module.fake_quant_fp8 is not None
+
+
+def _implementations():
+    return {e["name"]: e["impl"] for e in kernels.implementations("fake_quant_fp8")}
+
+
+EMPTY_CASES = """
+import json, torch
+from turbo_physai import kernels
+from turbo_physai.kernels import reference
+shapes = {}
+for x_shape, s_shape in [((4, 0), (1,)), ((4, 0, 3), (1,)), ((4, 0), (4,)), ((4, 0, 3), (4,)),
+                         ((0, 3), (1,)), ((4, 0), (4, 1))]:
+    x, s = torch.zeros(x_shape), torch.ones(s_shape)
+    got, want = kernels.fake_quant_fp8(x, s), reference.fake_quant_fp8(x, s)
+    shapes[str((x_shape, s_shape))] = [list(got.shape), list(want.shape)]
+print(json.dumps(shapes))
+"""
+
+
+def test_empty_inputs_through_the_registry_return_empty_results():
+    # Issue 24 item 10: a (4, 0) x divided by a zero column count in the C++ kernel (SIGFPE, the
+    # process died). A subprocess, so that a regression fails this test instead of the run.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(op_module.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", EMPTY_CASES], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for case, (got, want) in json.loads(done.stdout).items():
+        assert got == want, case
+
+
+@pytest.mark.parametrize("x_shape,s_shape", [((), (1,)), ((), ()), ((1,), ()), ((), (1, 1)),
+                                             ((3,), (1,)), ((2, 3), (2, 1))])
+def test_every_implementation_returns_the_references_shape(x_shape, s_shape):
+    # Issue 24 item 16: the C++ kernel returned () for a 0-d x with a (1,) scale, the
+    # reference (1,).
+    x, s = torch.randn(x_shape) * 100, torch.rand(s_shape) + 0.5
+    want = reference.fake_quant_fp8(x, s)
+    for name, impl in _implementations().items():
+        got = impl(x.to(want.device), s.to(want.device)) if name != "cuda" else None
+        if got is not None:
+            assert got.shape == want.shape, name
+            assert torch.equal(got, want), name
+    assert OP(x, s).shape == want.shape
+
+
+@pytest.mark.parametrize("x_shape,s_shape", [((8, 33), (8, 1)), ((8, 33), (1, 33)),
+                                             ((4, 5, 6), (5, 1)), ((33,), (8, 1))])
+def test_the_slot_takes_broadcast_scales(x_shape, s_shape):
+    gen = torch.Generator().manual_seed(5)
+    x, s = torch.randn(x_shape, generator=gen) * 300, torch.rand(s_shape, generator=gen) + 0.1
+    want = reference.fake_quant_fp8_forward(x, s)
+    assert want.shape == torch.broadcast_shapes(x_shape, s_shape)
+    assert_bitwise(kernels.fake_quant_fp8(x, s), want)
+    assert_bitwise(OP(x, s), want)
+
+
+def test_a_row_long_1d_scale_is_per_channel_in_this_slot():
+    # The slot's convention (dim 0) where torch broadcasting would scale columns; LibreYOLO's
+    # slot (turbo_physai.ops.quant.fake_quant_fp8) broadcasts.
+    x, s = torch.randn(4, 4) * 100, torch.tensor([0.5, 1.0, 2.0, 4.0])
+    assert_bitwise(kernels.fake_quant_fp8(x, s), reference.fake_quant_fp8_forward(x, s[:, None]))
+
+
+def test_straight_through_flag_gives_libreyolos_forward():
+    from turbo_physai.ops import quant_reference
+
+    x = torch.randn(64, 64) * torch.logspace(-4, 4, 64)
+    s = torch.rand(64, 1) + 0.01
+    want = quant_reference.fake_quant_fp8(x, s)
+    assert not torch.equal(want, reference.fake_quant_fp8_forward(x, s))
+    assert_bitwise(OP(x, s, True), want)
+    assert_bitwise(op_module.run(x, s, True), want)
 
 
 class _Quantize(torch.nn.Module):
