@@ -73,6 +73,9 @@ void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uin
     quant::require(quant::on_one_device(x, scale, out), kOp,
                    "x, scale and out must be on the same CUDA device");
     const FakeQuantFp8Args args = describe(x, scale, out, straight_through);
+    quant::require(args.rows <= 1 || (args.x_row_stride == args.cols &&
+                                      args.out_row_stride == args.cols),
+                   kOp, "on CUDA, x and out must be contiguous");
     const CudaDeviceGuard on_device(x.device_id());
     const cudaError_t err =
         kernels::fake_quant_fp8_cuda(args, reinterpret_cast<cudaStream_t>(stream));

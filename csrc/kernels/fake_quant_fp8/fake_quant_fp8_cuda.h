@@ -7,7 +7,8 @@
 
 namespace turbo_physai::kernels {
 
-/// Same contract as fake_quant_fp8_cpu with device pointers; enqueued on `stream` (the caller's
+/// Same contract as fake_quant_fp8_cpu with device pointers and contiguous rows (row strides ==
+/// cols, or a single row); enqueued on `stream` (the caller's
 /// current stream, so it orders with the caller's other work and can be graph-captured).
 /// Returns the launch status; the kernel itself runs asynchronously.
 cudaError_t fake_quant_fp8_cuda(const FakeQuantFp8Args &args, cudaStream_t stream);
