@@ -12,23 +12,18 @@ namespace turbo_physai::kernels::fp4 {
 constexpr float kEps = 1e-12f;
 
 /// The E2M1 magnitude torch.bucketize picks for |y| clamped to 6: the next level above each
-/// midpoint, a tie going down (the boundary itself belongs to the lower bucket).
+/// midpoint, a tie going down (the boundary itself belongs to the lower bucket). Summed from
+/// the steps between levels (exact: halves and small integers), which vectorizes.
 TPA_HOST_DEVICE inline float e2m1_level(float mag) {
-    return mag > 5.0f   ? 6.0f
-           : mag > 3.5f  ? 4.0f
-           : mag > 2.5f  ? 3.0f
-           : mag > 1.75f ? 2.0f
-           : mag > 1.25f ? 1.5f
-           : mag > 0.75f ? 1.0f
-           : mag > 0.25f ? 0.5f
-                         : 0.0f;
+    const auto step = [mag](float midpoint, float rise) { return mag > midpoint ? rise : 0.0f; };
+    return step(0.25f, 0.5f) + step(0.75f, 0.5f) + step(1.25f, 0.5f) + step(1.75f, 0.5f) +
+           step(2.5f, 1.0f) + step(3.5f, 1.0f) + step(5.0f, 2.0f);
 }
 
 /// LibreYOLO's fake_quant_e2m1 forward: `y + (level * sign(y) - y)`. A NaN y picks the top
 /// bucket, but torch.sign(NaN) is 0, so the level term is 0 and y itself comes out.
 TPA_HOST_DEVICE inline float e2m1_straight_through(float y) {
-    const float mag = std::fabs(y);
-    const float level = e2m1_level(mag > 6.0f ? 6.0f : mag);
+    const float level = e2m1_level(quant::clamp_max(std::fabs(y), 6.0f));
     return quant::straight_through(quant::mul(level, quant::sign(y)), y);
 }
 

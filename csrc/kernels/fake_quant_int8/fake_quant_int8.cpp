@@ -20,13 +20,6 @@ void for_each_run(std::int64_t outer, std::int64_t channels, std::int64_t inner,
         run((o * channels + c) * inner);
 }
 
-TPA_QUANT_CLONES float channel_amax(const float *x, std::int64_t n) {
-    float m = 0.0f;  // |x| >= 0: the zero start changes nothing, and a NaN sticks
-    for (std::int64_t i = 0; i < n; ++i)
-        m = quant::max_keep_nan(m, std::fabs(x[i]));
-    return m;
-}
-
 TPA_QUANT_CLONES void per_channel_run(const float *x, float *out, std::int64_t n, float s) {
     const float inv = 1.0f / s;
     for (std::int64_t i = 0; i < n; ++i)
@@ -69,7 +62,7 @@ void fake_quant_int8_per_channel_cpu(const Int8PerChannelArgs &a, int max_thread
             if (a.dynamic) {
                 float amax = 0.0f;
                 for_each_run(a.outer, a.channels, a.inner, c, [&](std::int64_t at) {
-                    amax = quant::max_keep_nan(amax, channel_amax(a.x + at, a.inner));
+                    amax = quant::max_keep_nan(amax, quant::abs_max(a.x + at, a.inner));
                 });
                 a.scale[c] = int8::per_channel_scale_cpu(amax);
             }

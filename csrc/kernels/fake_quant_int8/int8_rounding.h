@@ -97,10 +97,12 @@ struct AffineValue {
 };
 
 inline AffineValue affine_value_cpu(float x, const AffineParams &p, float inv) {
-    const float qf = static_cast<float>(p.zero_point) + quant::round_half_even(x * inv);
-    const float q = quant::is_nan(qf) ? kMin : quant::clamp(qf, kMin, kMax);
-    const float centred = static_cast<float>(static_cast<std::int64_t>(q) - p.zero_point);
-    return {centred * p.scale, qf >= kMin && qf <= kMax};
+    // zp is exact in float32 (in [-128, 127], or INT32_MIN), so float differences round the
+    // exact q - zp once, as torch's int64 difference converted to float does.
+    const float zp = static_cast<float>(p.zero_point);
+    const float qf = zp + quant::round_half_even(x * inv);
+    const float q = quant::select(quant::is_nan(qf), kMin, quant::clamp(qf, kMin, kMax));
+    return {(q - zp) * p.scale, qf >= kMin && qf <= kMax};
 }
 
 /// CUDA: `(hi - lo) * (1 / 255)` (torch divides by a CPU scalar as a multiplication by its

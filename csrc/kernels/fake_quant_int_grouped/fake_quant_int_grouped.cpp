@@ -21,13 +21,6 @@ Range range_of(int bits) {
     return {static_cast<float>(-half), static_cast<float>(half - 1)};
 }
 
-TPA_QUANT_CLONES float group_amax(const float *w, std::int64_t n) {
-    float m = 0.0f;  // the reference pads short groups with zeros: the same maximum
-    for (std::int64_t i = 0; i < n; ++i)
-        m = quant::max_keep_nan(m, std::fabs(w[i]));
-    return m;
-}
-
 TPA_QUANT_CLONES void quantize_group(const float *w, float *out, std::int64_t n, float s,
                                      Range q) {
     for (std::int64_t i = 0; i < n; ++i) {
@@ -36,17 +29,40 @@ TPA_QUANT_CLONES void quantize_group(const float *w, float *out, std::int64_t n,
     }
 }
 
-TPA_QUANT_CLONES void unpack_group(const std::uint8_t *payload, std::int64_t first,
-                                   std::int64_t n, float s, int bits, float qmin, float *out) {
-    const int log_per_byte = bits == 4 ? 1 : 2;  // 2 or 4 codes a byte
-    const std::int64_t last_in_byte = (std::int64_t{1} << log_per_byte) - 1;
-    const unsigned mask = (1u << bits) - 1u;
-    for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t k = first + i;
-        const int shift = static_cast<int>(k & last_in_byte) * bits;
-        const unsigned code = (payload[k >> log_per_byte] >> shift) & mask;
-        out[i] = (static_cast<float>(code) + qmin) * s;
+// Codes [first, first + n) of a row, (code - 2^(bits-1)) * s. Byte by byte where the run
+// starts on a byte (group sizes that are multiples of the codes a byte holds: all LibreYOLO
+// packs), so each byte is loaded once and the loop vectorizes; code by code otherwise.
+template <int kBits>
+void unpack_codes(const std::uint8_t *payload, std::int64_t first, std::int64_t n, float s,
+                  float *out) {
+    constexpr int kPerByte = 8 / kBits;
+    constexpr unsigned kMask = (1u << kBits) - 1u;
+    constexpr float kMin = -static_cast<float>(1 << (kBits - 1));
+    std::int64_t i = 0;
+    if (first % kPerByte == 0) {
+        const std::uint8_t *bytes = payload + first / kPerByte;
+        const std::int64_t whole = n / kPerByte;
+        for (std::int64_t j = 0; j < whole; ++j) {
+            const unsigned b = bytes[j];
+            for (int k = 0; k < kPerByte; ++k)
+                out[j * kPerByte + k] =
+                    (static_cast<float>(static_cast<int>((b >> (k * kBits)) & kMask)) + kMin) * s;
+        }
+        i = whole * kPerByte;
     }
+    for (; i < n; ++i) {
+        const std::int64_t code = first + i;
+        const unsigned b = payload[code / kPerByte] >> ((code % kPerByte) * kBits);
+        out[i] = (static_cast<float>(static_cast<int>(b & kMask)) + kMin) * s;
+    }
+}
+
+TPA_QUANT_CLONES void unpack_group(const std::uint8_t *payload, std::int64_t first,
+                                   std::int64_t n, float s, int bits, float *out) {
+    if (bits == 4)
+        unpack_codes<4>(payload, first, n, s, out);
+    else
+        unpack_codes<2>(payload, first, n, s, out);
 }
 
 }  // namespace
@@ -65,7 +81,7 @@ void fake_quant_int_grouped_cpu(const IntGroupedArgs &a, int max_threads) {
             const float *w = a.w + r * a.w_row_stride + c0;
             const float s = a.scale ? quant::clamp_min(a.scale[r * a.scale_row_stride +
                                                                g * a.scale_group_stride], kEps)
-                                    : quant::clamp_min(group_amax(w, n) / q.qmax, kEps);
+                                    : quant::clamp_min(quant::abs_max(w, n) / q.qmax, kEps);
             quantize_group(w, a.out + r * a.cols + c0, n, s, q);
         }
     });
@@ -74,7 +90,6 @@ void fake_quant_int_grouped_cpu(const IntGroupedArgs &a, int max_threads) {
 void unpack_int_grouped_cpu(const UnpackIntGroupedArgs &a, int max_threads) {
     if (a.rows <= 0 || a.width <= 0)
         return;
-    const float qmin = range_of(a.bits).qmin;
     const std::int64_t groups = (a.width + a.group_size - 1) / a.group_size;
     const std::int64_t grain = std::max<std::int64_t>(1, kGrain / a.group_size);
     parallel_for(a.rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
@@ -84,7 +99,7 @@ void unpack_int_grouped_cpu(const UnpackIntGroupedArgs &a, int max_threads) {
             const float s = quant::clamp_min(
                 a.scale[r * a.scale_row_stride + g * a.scale_group_stride], kEps);
             unpack_group(a.payload + r * a.payload_row_stride, c0,
-                         std::min(a.group_size, a.width - c0), s, a.bits, qmin,
+                         std::min(a.group_size, a.width - c0), s, a.bits,
                          a.out + r * a.width + c0);
         }
     });

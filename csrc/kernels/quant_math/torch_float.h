@@ -18,10 +18,12 @@
 
 // CPU loops compiled once per instruction set and picked at load time (GCC's ifunc resolver):
 // the package stays baseline x86-64 while AVX2/AVX-512 machines round and select in wide
-// vectors. Without FMA contraction every clone computes the same bits.
+// vectors. Without FMA contraction every clone computes the same bits. `flatten` inlines what
+// a clone calls, so no clone runs a baseline copy of its loops.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(__CUDACC__)
-#define TPA_QUANT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define TPA_QUANT_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
 #else
 #define TPA_QUANT_CLONES
 #endif
@@ -44,17 +46,35 @@ namespace quant {
 
 TPA_HOST_DEVICE inline bool is_nan(float v) { return v != v; }
 
+/// `c ? a : b` as bit masks, so that the loops holding it vectorize (GCC does not if-convert
+/// every conditional expression); a plain conditional on the device.
+TPA_HOST_DEVICE inline float select(bool c, float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return c ? a : b;
+#else
+    const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+    return bits_float((float_bits(a) & m) | (float_bits(b) & ~m));
+#endif
+}
+
 /// A NaN as an arithmetic instruction returns it: sign and payload kept, quiet bit set.
 TPA_HOST_DEVICE inline float quieted(float v) { return bits_float(float_bits(v) | 0x00400000u); }
 
 /// torch.clamp(v, lo, hi) and clamp(min=lo): a NaN passes through.
+TPA_HOST_DEVICE inline float clamp_min(float v, float lo) { return select(v < lo, lo, v); }
+TPA_HOST_DEVICE inline float clamp_max(float v, float hi) { return select(v > hi, hi, v); }
 TPA_HOST_DEVICE inline float clamp(float v, float lo, float hi) {
-    return v < lo ? lo : (v > hi ? hi : v);
+    return clamp_max(clamp_min(v, lo), hi);
 }
-TPA_HOST_DEVICE inline float clamp_min(float v, float lo) { return v < lo ? lo : v; }
 
 /// torch.amax's step: a NaN, once met, is the result.
 TPA_HOST_DEVICE inline float max_keep_nan(float m, float v) { return (v > m || is_nan(v)) ? v : m; }
+
+/// max |x[i]| over n floats (0 for none), NaN if any is NaN: torch.amax of abs. On magnitudes
+/// the float order is the order of the bit patterns, NaNs above infinity, so one unsigned
+/// maximum does it and vectorizes; among several NaNs the largest pattern is kept (torch keeps
+/// one of them). In torch_float.cpp, compiled per instruction set.
+float abs_max(const float *x, std::int64_t n);
 
 /// torch.round / std::nearbyint: to nearest, ties to even, in the default rounding mode.
 TPA_HOST_DEVICE inline float round_half_even(float v) {
@@ -104,7 +124,7 @@ TPA_HOST_DEVICE inline float mul_first(float a, float b) {
 #if defined(__CUDA_ARCH__)
     return __fmul_rn(a, b);
 #else
-    return is_nan(a) ? quieted(a) : a * b;
+    return select(is_nan(a), quieted(a), a * b);
 #endif
 }
 
@@ -114,12 +134,14 @@ TPA_HOST_DEVICE inline float straight_through(float q, float x) {
 #if defined(__CUDA_ARCH__)
     return __fadd_rn(x, __fsub_rn(q, x));
 #else
-    return is_nan(x) ? quieted(x) : x + (q - x);
+    return select(is_nan(x), quieted(x), x + (q - x));
 #endif
 }
 
 /// torch.sign: +-1, and +0 for +-0 and NaN.
-TPA_HOST_DEVICE inline float sign(float v) { return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f); }
+TPA_HOST_DEVICE inline float sign(float v) {
+    return static_cast<float>(static_cast<int>(v > 0.0f) - static_cast<int>(v < 0.0f));
+}
 
 }  // namespace quant
 }  // namespace turbo_physai::kernels
