@@ -30,26 +30,49 @@ std::int64_t row_stride(const Array &a, const char *what, std::int64_t &cols) {
     return a.ndim() ? a.stride(0) : 0;
 }
 
+// `rows` < 0: rows are x's dim 0 (contiguous behind it, each row `x.stride(0)` apart); else x
+// and out are contiguous and viewed as `rows` rows of numel / rows.
 template <class In, class Out>
-FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out, bool straight_through) {
+FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out, std::int64_t rows,
+                          bool straight_through) {
     FakeQuantFp8Args a{};
     a.x = x.data();
     a.scale = scale.data();
     a.out = out.data();
     a.straight_through = straight_through;
-    a.rows = x.ndim() ? static_cast<std::int64_t>(x.shape(0)) : 1;
-    std::int64_t out_cols = 0;
-    a.x_row_stride = row_stride(x, "x", a.cols);
-    a.out_row_stride = row_stride(out, "out", out_cols);
     quant::require_same_shape(out, "out", x, "x", kOp);
+    if (rows < 0) {
+        std::int64_t out_cols = 0;
+        a.rows = x.ndim() ? static_cast<std::int64_t>(x.shape(0)) : 1;
+        a.x_row_stride = row_stride(x, "x", a.cols);
+        a.out_row_stride = row_stride(out, "out", out_cols);
+    } else {
+        const std::int64_t n = quant::numel(x);
+        quant::require(rows > 0 ? n % rows == 0 : n == 0, kOp,
+                       std::to_string(rows) + " rows do not divide x with shape " +
+                           quant::shape_of(x));
+        quant::require_contiguous(x, kOp, "x");
+        quant::require_contiguous(out, kOp, "out");
+        a.rows = rows;
+        a.cols = rows ? n / rows : 0;
+        a.x_row_stride = a.out_row_stride = a.cols;
+    }
     if (scale.size() == 1) {
         a.scale_stride = 0;
-    } else {
+    } else if (rows < 0) {
         quant::require(
             scale.ndim() == 1 && static_cast<std::int64_t>(scale.shape(0)) == a.rows, kOp,
             "scale must have 1 element (per-tensor) or shape (" + std::to_string(a.rows) +
                 ",) (per-channel along dim 0 of x), got " + quant::shape_of(scale));
         a.scale_stride = scale.stride(0);
+    } else {
+        quant::require(static_cast<std::int64_t>(scale.size()) == a.rows &&
+                           quant::contiguous(scale),
+                       kOp,
+                       "scale must have 1 element or one for each of the " +
+                           std::to_string(a.rows) + " rows, contiguous, got " +
+                           quant::shape_of(scale));
+        a.scale_stride = 1;
     }
     return a;
 }
@@ -58,8 +81,8 @@ using CpuIn = nb::ndarray<const float, nb::device::cpu>;
 using CpuOut = nb::ndarray<float, nb::device::cpu>;
 
 void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straight_through,
-             int max_threads) {
-    const FakeQuantFp8Args args = describe(x, scale, out, straight_through);
+             int max_threads, std::int64_t rows) {
+    const FakeQuantFp8Args args = describe(x, scale, out, rows, straight_through);
     nb::gil_scoped_release released;
     kernels::fake_quant_fp8_cpu(args, max_threads);
 }
@@ -69,10 +92,10 @@ using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
 void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uintptr_t stream,
-              bool straight_through) {
+              bool straight_through, std::int64_t rows) {
     quant::require(quant::on_one_device(x, scale, out), kOp,
                    "x, scale and out must be on the same CUDA device");
-    const FakeQuantFp8Args args = describe(x, scale, out, straight_through);
+    const FakeQuantFp8Args args = describe(x, scale, out, rows, straight_through);
     quant::require(args.rows <= 1 || (args.x_row_stride == args.cols &&
                                       args.out_row_stride == args.cols),
                    kOp, "on CUDA, x and out must be contiguous");
@@ -91,13 +114,14 @@ void bind_fake_quant_fp8(nb::module_ &m) {
     // noconvert: an implicit dtype/device conversion would write `out` into a temporary copy.
     m.def("fake_quant_fp8_cpu", &run_cpu, nb::arg("x").noconvert(), nb::arg("scale").noconvert(),
           nb::arg("out").noconvert(), nb::arg("straight_through") = false,
-          nb::arg("max_threads") = 0,
-          "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12); with "
-          "straight_through, x + (that - x). float32, CPU.");
+          nb::arg("max_threads") = 0, nb::arg("rows") = -1,
+          "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12) of the row; with "
+          "straight_through, x + (that - x). float32, CPU. Rows: x's dim 0, or `rows` of a "
+          "contiguous x.");
 #ifdef TPA_WITH_CUDA
     m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x").noconvert(),
           nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("stream"),
-          nb::arg("straight_through") = false,
+          nb::arg("straight_through") = false, nb::arg("rows") = -1,
           "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
     m.attr("cuda_kernels") = true;
 #else

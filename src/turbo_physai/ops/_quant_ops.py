@@ -16,6 +16,7 @@ from turbo_physai.kernels._torch import exporting
 from turbo_physai.ops._eager import dispatcher_needed
 
 _Tensor = torch.Tensor
+_FLOAT32 = torch.float32
 
 __all__ = ["define", "fast", "grad_needed", "native", "portable_only", "stream", "threads"]
 
@@ -29,21 +30,19 @@ def portable_only() -> bool:
 
 
 def native(*tensors: torch.Tensor | None, cuda: bool = True) -> bool:
-    """True where the kernels take these tensors as they are: plain float32 tensors on the CPU
-    (or CUDA, where the op has CUDA kernels), all on one device. None entries are skipped."""
-    first = None
+    """True where the kernels take these tensors as they are: float32 tensors on the CPU (or
+    CUDA, where the op has CUDA kernels), all on one device. None entries are skipped."""
+    device = None
     for t in tensors:
         if t is None:
             continue
-        if not isinstance(t, _Tensor):
+        if not isinstance(t, _Tensor) or t.dtype is not _FLOAT32:
             return False
-        if t.dtype is not torch.float32:
-            return False
-        if first is None:
-            first = t.device
-            if not (first.type == "cpu" or (cuda and first.type == "cuda")):
+        if device is None:
+            device = t.device
+            if not (t.is_cpu or (cuda and t.is_cuda)):
                 return False
-        elif t.device != first:
+        elif t.device != device:
             return False
     return True
 

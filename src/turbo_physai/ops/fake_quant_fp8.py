@@ -37,18 +37,24 @@ def layout(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Size, int]:
     """``(shape, k)``: the result's shape, and how many of its leading dims the scale varies
     along (it is constant over the rest, so the result is rows x cols with a scale a row)."""
     if scale.numel() == 1:
-        return torch.broadcast_shapes(x.shape, scale.shape), 0
+        if scale.dim() <= x.dim():  # all ones: x's shape
+            return x.shape, 0
+        return torch.Size(reference.broadcast_shape(x.shape, scale.shape)), 0
     if reference.fp8_per_channel(x, scale):
         return x.shape, 1
-    shape = torch.broadcast_shapes(x.shape, scale.shape)
+    shape = torch.Size(reference.broadcast_shape(x.shape, scale.shape))
     lead = len(shape) - scale.dim()
     return shape, max((lead + i + 1 for i, n in enumerate(scale.shape) if n != 1), default=0)
 
 
-def _row_scales(x: torch.Tensor, scale: torch.Tensor, shape: torch.Size, k: int) -> torch.Tensor:
-    """One float32 scale per row (copied only where the scale is broadcast along a row dim)."""
+def _row_scales(x: torch.Tensor, scale: torch.Tensor, shape: torch.Size, k: int,
+                rows: int) -> torch.Tensor:
+    """The scale with one element, or one float32 a row in row order (copied only where it is
+    broadcast along a row dim)."""
     if k == 0 or reference.fp8_per_channel(x, scale):
-        return scale.reshape(-1).contiguous()
+        return scale
+    if scale.numel() == rows and scale.is_contiguous():
+        return scale  # its dims are the leading ones of the result: already in row order
     aligned = scale.reshape((1,) * (len(shape) - scale.dim()) + tuple(scale.shape))
     return aligned.expand(*shape[:k], *aligned.shape[k:]).reshape(-1).contiguous()
 
@@ -60,25 +66,23 @@ def _portable(x: torch.Tensor, scale: torch.Tensor, straight_through: bool) -> t
 
 
 def kernel(x: torch.Tensor, scale: torch.Tensor, straight_through: bool = False) -> torch.Tensor:
-    """The op's CPU and CUDA kernel (no autograd); inputs already checked."""
-    if not native(x, scale, cuda=_core.cuda_kernels):
-        return _portable(x, scale, straight_through).contiguous()
+    """The kernel call for float32 CPU/CUDA tensors already checked (no autograd)."""
     shape, k = layout(x, scale)
-    rows, cols = math.prod(shape[:k]), math.prod(shape[k:])
-    s = _row_scales(x, scale, shape, k)
-    x = x.expand(shape).reshape(rows, cols).contiguous()
+    rows = math.prod(shape[:k])
+    s = _row_scales(x, scale, shape, k, rows)
+    x = (x if x.shape == shape else x.expand(shape)).contiguous()
     out = torch.empty(shape, dtype=torch.float32, device=x.device)
     if x.is_cuda:
-        _core.fake_quant_fp8_cuda(*capsules(x, s, out.view(rows, cols)), stream(x),
-                                  straight_through)
+        _core.fake_quant_fp8_cuda(*capsules(x, s, out), stream(x), straight_through, rows)
     else:
-        _core.fake_quant_fp8_cpu(*capsules(x, s, out.view(rows, cols)), straight_through,
-                                 threads())
+        _core.fake_quant_fp8_cpu(*capsules(x, s, out), straight_through, threads(), rows)
     return out
 
 
-def _checked_kernel(x, scale, straight_through=False):
+def _op_kernel(x, scale, straight_through=False):
     reference.check_fake_quant_fp8(x, scale, _NAME)
+    if not native(x, scale, cuda=_core.cuda_kernels):
+        return _portable(x, scale, straight_through).contiguous()
     return kernel(x, scale, straight_through)
 
 
@@ -90,7 +94,7 @@ def _fake(x, scale, straight_through=False):
 
 
 _op = define(_NAME, "(Tensor x, Tensor scale, bool straight_through=False) -> Tensor",
-             _checked_kernel, _checked_kernel, _fake)
+             _op_kernel, _op_kernel, _fake)
 
 
 def _setup_context(ctx, inputs, output):
@@ -119,9 +123,9 @@ class _Function(torch.autograd.Function):
 
 
 def run(x: torch.Tensor, scale: torch.Tensor, straight_through: bool) -> torch.Tensor:
-    """The op, or in plain eager execution its kernel directly (the same bits)."""
-    if fast(x, scale) and native(x, scale, cuda=_core.cuda_kernels):
-        reference.check_fake_quant_fp8(x, scale, _NAME)
+    """The op, or in plain eager execution its kernel directly (the same bits); x and scale
+    float32 CPU/CUDA tensors that the caller checked."""
+    if fast(x, scale):
         if grad_needed(x, scale):
             return profiled(_NAME, _Function.apply, x, scale, straight_through)
         return profiled(_NAME, kernel, x, scale, straight_through)
@@ -131,7 +135,10 @@ def run(x: torch.Tensor, scale: torch.Tensor, straight_through: bool) -> torch.T
 def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The ``fake_quant_fp8`` slot's semantics (q, not the straight-through sum) on our kernels:
     per-tensor, per-channel (dim 0) or broadcast scale; see the module doc."""
-    return run(x, scale, False)
+    if native(x, scale, cuda=_core.cuda_kernels):
+        reference.check_fake_quant_fp8(x, scale, _NAME)
+        return run(x, scale, False)
+    return _op(x, scale)
 
 
 def register_kernels(register: Callable[..., None]) -> None:

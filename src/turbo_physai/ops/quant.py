@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from turbo_physai import _core
+from turbo_physai.kernels.reference import broadcast_shape
 from turbo_physai.ops import fake_quant_fp4 as _fp4
 from turbo_physai.ops import fake_quant_fp8 as _fp8
 from turbo_physai.ops import fake_quant_int8 as _int8
@@ -55,10 +56,7 @@ def _integer(v) -> bool:
 
 def _fits(t: _Tensor, shape: tuple[int, ...]) -> bool:
     """t broadcasts to `shape` without growing it."""
-    try:
-        return tuple(torch.broadcast_shapes(t.shape, shape)) == tuple(shape)
-    except RuntimeError:
-        return False
+    return broadcast_shape(t.shape, shape) == tuple(shape)
 
 
 def _cpu(*tensors) -> bool:
@@ -75,13 +73,11 @@ def fake_quant_fp8(x: _Tensor, scale: _Tensor) -> _Tensor:
     """Symmetric FP8 E4M3 fake quantization with a broadcastable scale: ``x + (q - x)`` with
     ``q = fp8(clamp(x / s, +-448)) * s``, ``s = max(scale, 1e-12)``; the result has the shape x
     and scale broadcast to."""
-    if portable_only() or not _gpu_or_cpu(x, scale):
+    if (portable_only() or not _gpu_or_cpu(x, scale)
+            or broadcast_shape(x.shape, scale.shape) is None):  # the reference raises there
         return _reference.fake_quant_fp8(x, scale)
-    try:
-        torch.broadcast_shapes(x.shape, scale.shape)
-    except RuntimeError:
-        return _reference.fake_quant_fp8(x, scale)  # raises as LibreYOLO's does
-    scale = scale.detach()
+    if scale.requires_grad:
+        scale = scale.detach()  # the reference's quantized term is detached
     if scale.dim() == 1 and scale.numel() != 1 and x.dim() >= 2:
         # torch broadcasts a 1-D scale along x's last dim; our op would read it per dim 0
         scale = scale.unsqueeze(0)
