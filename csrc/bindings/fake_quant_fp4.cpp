@@ -10,6 +10,10 @@
 #include "bindings.h"
 #include "fake_quant_fp4/fake_quant_fp4.h"
 #include "quant_arrays.h"
+#ifdef TPA_WITH_CUDA
+#include "cuda_device.h"
+#include "fake_quant_fp4/fake_quant_fp4_cuda.h"
+#endif
 
 namespace turbo_physai::bindings {
 namespace {
@@ -19,7 +23,7 @@ constexpr const char *kUnpack = "unpack_nvfp4";
 
 using CpuIn = nb::ndarray<const float, nb::device::cpu>;
 using CpuOut = nb::ndarray<float, nb::device::cpu>;
-using Payload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
+using CpuPayload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
 
 kernels::Fp4Format format_of(const std::string &name) {
     if (name == "mx")
@@ -30,9 +34,9 @@ kernels::Fp4Format format_of(const std::string &name) {
 
 std::int64_t blocks_of(std::int64_t cols, std::int64_t block) { return (cols + block - 1) / block; }
 
-void fake_quant_cpu(const CpuIn &x, const CpuOut &out, const CpuOut &block_scales,
-                    const std::string &format, std::optional<CpuIn> tensor_amax,
-                    int max_threads) {
+template <class In, class Out>
+kernels::Fp4Args fake_quant_args(const In &x, const Out &out, const Out &block_scales,
+                                 const std::string &format, const std::optional<In> &tensor_amax) {
     kernels::Fp4Args a{};
     a.format = format_of(format);
     quant::require_ndim(x, 2, kFakeQuant, "x");
@@ -56,12 +60,12 @@ void fake_quant_cpu(const CpuIn &x, const CpuOut &out, const CpuOut &block_scale
     a.x = x.data();
     a.out = out.data();
     a.block_scales = block_scales.data();
-    nb::gil_scoped_release released;
-    kernels::fake_quant_fp4_cpu(a, max_threads);
+    return a;
 }
 
-void backward_cpu(const CpuIn &grad, const CpuIn &block_scales, const CpuOut &grad_x,
-                  std::int64_t block, int max_threads) {
+template <class In, class Out>
+kernels::Fp4BackwardArgs backward_args(const In &grad, const In &block_scales, const Out &grad_x,
+                                       std::int64_t block) {
     quant::require(block == 16 || block == 32, kFakeQuant,
                    "block must be 16 or 32, got " + std::to_string(block));
     quant::require_ndim(grad, 2, kFakeQuant, "grad");
@@ -77,12 +81,11 @@ void backward_cpu(const CpuIn &grad, const CpuIn &block_scales, const CpuOut &gr
                            blocks_of(a.cols, block),
                    kFakeQuant, "block_scales has shape " + quant::shape_of(block_scales) +
                                    ", expected (rows, ceil(cols / block)) of grad");
-    nb::gil_scoped_release released;
-    kernels::fake_quant_fp4_backward_cpu(a, max_threads);
+    return a;
 }
 
-void unpack_cpu(const Payload &payload, const CpuIn &block_scale, float tensor_amax,
-                const CpuOut &out, int max_threads) {
+template <class P, class In, class Out>
+kernels::UnpackNvfp4Args unpack_args(const P &payload, const In &block_scale, const Out &out) {
     quant::require_ndim(payload, 2, kUnpack, "payload");
     quant::require_ndim(out, 2, kUnpack, "out");
     quant::require(payload.shape(1) <= 1 || payload.stride(1) == 1, kUnpack,
@@ -107,11 +110,80 @@ void unpack_cpu(const Payload &payload, const CpuIn &block_scale, float tensor_a
     a.block_scale = block_scale.data();
     a.block_row_stride = block_scale.stride(0);
     a.block_stride = block_scale.stride(1);
-    a.tensor_amax = tensor_amax;
     a.out = out.data();
+    return a;
+}
+
+void fake_quant_cpu(const CpuIn &x, const CpuOut &out, const CpuOut &block_scales,
+                    const std::string &format, std::optional<CpuIn> tensor_amax,
+                    int max_threads) {
+    const auto a = fake_quant_args(x, out, block_scales, format, tensor_amax);
+    nb::gil_scoped_release released;
+    kernels::fake_quant_fp4_cpu(a, max_threads);
+}
+
+void backward_cpu(const CpuIn &grad, const CpuIn &block_scales, const CpuOut &grad_x,
+                  std::int64_t block, int max_threads) {
+    const auto a = backward_args(grad, block_scales, grad_x, block);
+    nb::gil_scoped_release released;
+    kernels::fake_quant_fp4_backward_cpu(a, max_threads);
+}
+
+void unpack_cpu(const CpuPayload &payload, const CpuIn &block_scale, float tensor_amax,
+                const CpuOut &out, int max_threads) {
+    kernels::UnpackNvfp4Args a = unpack_args(payload, block_scale, out);
+    a.tensor_amax = tensor_amax;
     nb::gil_scoped_release released;
     kernels::unpack_nvfp4_cpu(a, max_threads);
 }
+
+#ifdef TPA_WITH_CUDA
+using CudaIn = nb::ndarray<const float, nb::device::cuda>;
+using CudaOut = nb::ndarray<float, nb::device::cuda>;
+using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
+
+void launched(cudaError_t err, const char *op) {
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
+                                 cudaGetErrorString(err));
+}
+
+// `scratch`: one zeroed float for NV's dynamic amax (ignored otherwise).
+void fake_quant_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &block_scales,
+                     const std::string &format, std::optional<CudaIn> tensor_amax,
+                     const CudaOut &scratch, std::uintptr_t stream) {
+    quant::require(quant::on_one_device(x, out, block_scales, scratch) &&
+                       (!tensor_amax || quant::on_one_device(x, *tensor_amax)),
+                   kFakeQuant, "all arrays must be on the same CUDA device");
+    quant::require(scratch.size() >= 1, kFakeQuant, "scratch must hold one float");
+    const auto a = fake_quant_args(x, out, block_scales, format, tensor_amax);
+    const CudaDeviceGuard on_device(x.device_id());
+    launched(kernels::fake_quant_fp4_cuda(a, scratch.data(), reinterpret_cast<cudaStream_t>(stream)),
+             kFakeQuant);
+}
+
+void backward_cuda(const CudaIn &grad, const CudaIn &block_scales, const CudaOut &grad_x,
+                   std::int64_t block, std::uintptr_t stream) {
+    quant::require(quant::on_one_device(grad, block_scales, grad_x), kFakeQuant,
+                   "grad, block_scales and grad_x must be on the same CUDA device");
+    const auto a = backward_args(grad, block_scales, grad_x, block);
+    const CudaDeviceGuard on_device(grad.device_id());
+    launched(kernels::fake_quant_fp4_backward_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
+             kFakeQuant);
+}
+
+void unpack_cuda(const CudaPayload &payload, const CudaIn &block_scale, const CudaIn &tensor_amax,
+                 const CudaOut &out, std::uintptr_t stream) {
+    quant::require(quant::on_one_device(payload, block_scale, tensor_amax, out), kUnpack,
+                   "payload, block_scale, tensor_amax and out must be on the same CUDA device");
+    quant::require(tensor_amax.size() == 1, kUnpack, "tensor_amax must have one element");
+    const auto a = unpack_args(payload, block_scale, out);
+    const CudaDeviceGuard on_device(payload.device_id());
+    launched(kernels::unpack_nvfp4_cuda(a, tensor_amax.data(),
+                                        reinterpret_cast<cudaStream_t>(stream)),
+             kUnpack);
+}
+#endif
 
 }  // namespace
 
@@ -128,6 +200,19 @@ void bind_fake_quant_fp4(nb::module_ &m) {
           nb::arg("block_scale").noconvert(), nb::arg("tensor_amax"), nb::arg("out").noconvert(),
           nb::arg("max_threads") = 0,
           "LibreYOLO's unpack_nvfp4_weight into `out` (rows, width <= 2 * payload columns).");
+#ifdef TPA_WITH_CUDA
+    m.def("fake_quant_fp4_cuda", &fake_quant_cuda, nb::arg("x").noconvert(),
+          nb::arg("out").noconvert(), nb::arg("block_scales").noconvert(), nb::arg("format"),
+          nb::arg("tensor_amax").noconvert().none(), nb::arg("scratch").noconvert(),
+          nb::arg("stream"), "As the CPU kernel on `stream`; `scratch` one zeroed float.");
+    m.def("fake_quant_fp4_backward_cuda", &backward_cuda, nb::arg("grad").noconvert(),
+          nb::arg("block_scales").noconvert(), nb::arg("grad_x").noconvert(), nb::arg("block"),
+          nb::arg("stream"), "As the CPU kernel, on `stream`.");
+    m.def("unpack_nvfp4_cuda", &unpack_cuda, nb::arg("payload").noconvert(),
+          nb::arg("block_scale").noconvert(), nb::arg("tensor_amax").noconvert(),
+          nb::arg("out").noconvert(), nb::arg("stream"),
+          "As the CPU kernel, with tensor_amax in device memory, on `stream`.");
+#endif
 }
 
 }  // namespace turbo_physai::bindings

@@ -9,6 +9,10 @@
 #include "bindings.h"
 #include "fake_quant_int_grouped/fake_quant_int_grouped.h"
 #include "quant_arrays.h"
+#ifdef TPA_WITH_CUDA
+#include "cuda_device.h"
+#include "fake_quant_int_grouped/fake_quant_int_grouped_cuda.h"
+#endif
 
 namespace turbo_physai::bindings {
 namespace {
@@ -18,14 +22,15 @@ constexpr const char *kUnpack = "unpack_int_grouped";
 
 using CpuIn = nb::ndarray<const float, nb::device::cpu>;
 using CpuOut = nb::ndarray<float, nb::device::cpu>;
-using Payload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
+using CpuPayload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
 
 std::int64_t groups_of(std::int64_t cols, std::int64_t group_size) {
     return (cols + group_size - 1) / group_size;
 }
 
 // A (rows, groups) float32 scale, strides as given (0 where it is broadcast).
-void check_scale(const CpuIn &scale, std::int64_t rows, std::int64_t groups, const char *op) {
+template <class In>
+void check_scale(const In &scale, std::int64_t rows, std::int64_t groups, const char *op) {
     quant::require(scale.ndim() == 2 && static_cast<std::int64_t>(scale.shape(0)) == rows &&
                        static_cast<std::int64_t>(scale.shape(1)) == groups,
                    op,
@@ -41,8 +46,9 @@ void check_group(int bits, std::int64_t group_size, const char *op, int lowest, 
                    "group_size must be positive, got " + std::to_string(group_size));
 }
 
-void fake_quant_cpu(const CpuIn &w, const CpuOut &out, std::optional<CpuIn> scale, int bits,
-                    std::int64_t group_size, int max_threads) {
+template <class In, class Out>
+kernels::IntGroupedArgs fake_quant_args(const In &w, const Out &out, const std::optional<In> &scale,
+                                        int bits, std::int64_t group_size) {
     check_group(bits, group_size, kFakeQuant, 1, 16);
     quant::require_ndim(w, 2, kFakeQuant, "weight");
     quant::require(w.shape(1) <= 1 || w.stride(1) == 1, kFakeQuant,
@@ -63,12 +69,12 @@ void fake_quant_cpu(const CpuIn &w, const CpuOut &out, std::optional<CpuIn> scal
         a.scale_row_stride = scale->stride(0);
         a.scale_group_stride = scale->stride(1);
     }
-    nb::gil_scoped_release released;
-    kernels::fake_quant_int_grouped_cpu(a, max_threads);
+    return a;
 }
 
-void unpack_cpu(const Payload &payload, const CpuIn &scale, const CpuOut &out, int bits,
-                std::int64_t group_size, int max_threads) {
+template <class P, class In, class Out>
+kernels::UnpackIntGroupedArgs unpack_args(const P &payload, const In &scale, const Out &out,
+                                          int bits, std::int64_t group_size) {
     check_group(bits, group_size, kUnpack, 2, 4);
     quant::require(bits != 3, kUnpack, "bits must be 2 or 4, got 3");
     quant::require_ndim(payload, 2, kUnpack, "payload");
@@ -93,9 +99,54 @@ void unpack_cpu(const Payload &payload, const CpuIn &scale, const CpuOut &out, i
     a.out = out.data();
     a.group_size = group_size;
     a.bits = bits;
+    return a;
+}
+
+void fake_quant_cpu(const CpuIn &w, const CpuOut &out, std::optional<CpuIn> scale, int bits,
+                    std::int64_t group_size, int max_threads) {
+    const auto a = fake_quant_args(w, out, scale, bits, group_size);
+    nb::gil_scoped_release released;
+    kernels::fake_quant_int_grouped_cpu(a, max_threads);
+}
+
+void unpack_cpu(const CpuPayload &payload, const CpuIn &scale, const CpuOut &out, int bits,
+                std::int64_t group_size, int max_threads) {
+    const auto a = unpack_args(payload, scale, out, bits, group_size);
     nb::gil_scoped_release released;
     kernels::unpack_int_grouped_cpu(a, max_threads);
 }
+
+#ifdef TPA_WITH_CUDA
+using CudaIn = nb::ndarray<const float, nb::device::cuda>;
+using CudaOut = nb::ndarray<float, nb::device::cuda>;
+using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
+
+void launched(cudaError_t err, const char *op) {
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
+                                 cudaGetErrorString(err));
+}
+
+void fake_quant_cuda(const CudaIn &w, const CudaOut &out, std::optional<CudaIn> scale, int bits,
+                     std::int64_t group_size, std::uintptr_t stream) {
+    quant::require(quant::on_one_device(w, out) && (!scale || quant::on_one_device(w, *scale)),
+                   kFakeQuant, "weight, out and scale must be on the same CUDA device");
+    const auto a = fake_quant_args(w, out, scale, bits, group_size);
+    const CudaDeviceGuard on_device(w.device_id());
+    launched(kernels::fake_quant_int_grouped_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
+             kFakeQuant);
+}
+
+void unpack_cuda(const CudaPayload &payload, const CudaIn &scale, const CudaOut &out, int bits,
+                 std::int64_t group_size, std::uintptr_t stream) {
+    quant::require(quant::on_one_device(payload, scale, out), kUnpack,
+                   "payload, scale and out must be on the same CUDA device");
+    const auto a = unpack_args(payload, scale, out, bits, group_size);
+    const CudaDeviceGuard on_device(payload.device_id());
+    launched(kernels::unpack_int_grouped_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
+             kUnpack);
+}
+#endif
 
 }  // namespace
 
@@ -109,6 +160,14 @@ void bind_fake_quant_int_grouped(nb::module_ &m) {
           nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("bits"),
           nb::arg("group_size"), nb::arg("max_threads") = 0,
           "LibreYOLO's unpack_int_grouped_weight into `out` (rows, width <= codes a row).");
+#ifdef TPA_WITH_CUDA
+    m.def("fake_quant_int_grouped_cuda", &fake_quant_cuda, nb::arg("weight").noconvert(),
+          nb::arg("out").noconvert(), nb::arg("scale").noconvert().none(), nb::arg("bits"),
+          nb::arg("group_size"), nb::arg("stream"), "As the CPU kernel, on `stream`.");
+    m.def("unpack_int_grouped_cuda", &unpack_cuda, nb::arg("payload").noconvert(),
+          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("bits"),
+          nb::arg("group_size"), nb::arg("stream"), "As the CPU kernel, on `stream`.");
+#endif
 }
 
 }  // namespace turbo_physai::bindings

@@ -14,7 +14,13 @@ torch = pytest.importorskip("torch")
 lib = pytest.importorskip("libreyolo.quant.fake_quant")
 packing = pytest.importorskip("libreyolo.quant.packing")
 
-from tpa_quant_cases import assert_bitwise, bit_patterns, grads_like, mixed  # noqa: E402
+from tpa_quant_cases import (  # noqa: E402
+    assert_bitwise,
+    bit_patterns,
+    grads_like,
+    mixed,
+    near_powers_of_two,
+)
 
 from turbo_physai import _core  # noqa: E402
 from turbo_physai.ops import quant  # noqa: E402
@@ -105,20 +111,67 @@ def test_int8_affine(lo, hi):
         assert_bitwise(quant.fake_quant_int8_affine(x, lo_t, hi_t, True), want)
 
 
-def test_slots_without_cuda_kernels_give_the_references_bits():
-    gen = torch.Generator().manual_seed(4)
-    w = mixed((16, 100), gen, 1.0).cuda()
-    amax = torch.tensor(3.0, device="cuda")
-    pairs = [(quant.fake_quant_mxfp4_weight(w), lib.fake_quant_mxfp4_weight(w)),
-             (quant.fake_quant_nvfp4_dynamic(w), lib.fake_quant_nvfp4_dynamic(w)),
-             (quant.fake_quant_nvfp4_weight(w, amax), lib.fake_quant_nvfp4_weight(w, amax)),
-             (quant.fake_quant_int_grouped(w, 4, 32), lib.fake_quant_int_grouped(w, 4, 32))]
-    payload, scale = packing.pack_int_grouped_weight(w.cpu().nan_to_num(0.0), 4, 32)
-    payload, scale = payload.cuda(), scale.cuda()
-    pairs.append((quant.unpack_int_grouped(payload, scale, 4, 32, 100),
-                  packing.unpack_int_grouped_weight(payload, scale, 4, 32, 100)))
-    for got, want in pairs:
-        assert_bitwise(got, want)
+FP4 = [
+    (quant.fake_quant_mxfp4_weight, lib.fake_quant_mxfp4_weight),
+    (quant.fake_quant_mxfp4_dynamic, lib.fake_quant_mxfp4_dynamic),
+    (quant.fake_quant_nvfp4_dynamic, lib.fake_quant_nvfp4_dynamic),
+]
+
+
+@pytest.mark.parametrize("shape", [(8, 64), (5, 100), (3, 7), (2, 3, 48), (33,), (1024, 1024)])
+@pytest.mark.parametrize("ours,theirs", FP4)
+def test_fp4_formats(ours, theirs, shape):
+    gen = torch.Generator().manual_seed(6)
+    for x in (mixed(shape, gen, 3.0, special_every=64, device="cuda"),
+              torch.randn(shape, generator=gen).cuda() * 1e30):
+        same_forward_and_grad(ours, theirs, x)
+
+
+@pytest.mark.parametrize("ours,theirs", FP4[:2])
+def test_mx_block_scales_next_to_powers_of_two(ours, theirs):
+    # CUDA's log2f is not correctly rounded: the kernels call the same function torch does.
+    amax = near_powers_of_two().cuda()
+    x = torch.zeros(amax.numel(), 32, device="cuda")
+    x[:, 0] = amax
+    x[:, 1:] = amax.unsqueeze(1) * torch.linspace(-1, 1, 31, device="cuda")
+    same_forward_and_grad(ours, theirs, x)
+
+
+@pytest.mark.parametrize("amax", [2.5, 0.0, 3e38, INF, NAN])
+def test_nvfp4_weight(amax):
+    gen = torch.Generator().manual_seed(7)
+    w = mixed((64, 40), gen, 2.0, special_every=60, device="cuda")
+    same_forward_and_grad(quant.fake_quant_nvfp4_weight, lib.fake_quant_nvfp4_weight, w,
+                          torch.tensor(amax, device="cuda"))
+
+
+@pytest.mark.parametrize("bits,group", [(4, 128), (2, 64), (3, 7), (8, 16), (1, 5), (4, 500)])
+def test_int_grouped(bits, group):
+    gen = torch.Generator().manual_seed(8)
+    w = mixed((16, 300), gen, 0.5, special_every=40, device="cuda")
+    same_forward_and_grad(quant.fake_quant_int_grouped, lib.fake_quant_int_grouped, w, bits,
+                          group)
+    s = (torch.rand(16, -(-300 // group), generator=gen) * 0.1).cuda()
+    same_forward_and_grad(quant.fake_quant_int_grouped, lib.fake_quant_int_grouped, w, bits,
+                          group, s)
+
+
+@pytest.mark.parametrize("in_features", [256, 250, 1, -3])
+def test_unpacks(in_features):
+    gen = torch.Generator().manual_seed(9)
+    payload = torch.randint(0, 256, (6, 128), generator=gen, dtype=torch.uint8).cuda()
+    scale = (torch.rand(6, 2, generator=gen) * 0.1).cuda()
+    scale[0, 0], scale[1, 1] = NAN, 0.0
+    for bits in (4, 2):
+        group = 128 * (8 // bits) // 2
+        assert_bitwise(quant.unpack_int_grouped(payload, scale, bits, group, in_features),
+                       packing.unpack_int_grouped_weight(payload, scale, bits, group,
+                                                         in_features))
+    block_scale = (torch.rand(6, 16, generator=gen) * 448).to(torch.float8_e4m3fn).cuda()
+    for amax in (torch.tensor(3.0), torch.tensor([NAN]), torch.tensor(0.0)):
+        amax = amax.cuda()
+        assert_bitwise(quant.unpack_nvfp4(payload, block_scale, amax, in_features),
+                       packing.unpack_nvfp4_weight(payload, block_scale, amax, in_features))
 
 
 def test_kernels_run_on_the_current_stream_and_in_graphs():
@@ -129,7 +182,8 @@ def test_kernels_run_on_the_current_stream_and_in_graphs():
 
     def step():
         return (quant.fake_quant_int8_per_channel(w) + quant.fake_quant_int8_affine(w, lo, hi)
-                + quant.fake_quant_fp8(w, s))
+                + quant.fake_quant_fp8(w, s) + quant.fake_quant_nvfp4_dynamic(w)
+                + quant.fake_quant_mxfp4_weight(w) + quant.fake_quant_int_grouped(w, 4, 128))
 
     want = step()
     side = torch.cuda.Stream()

@@ -63,4 +63,18 @@ TPA_HOST_DEVICE inline float nv_block_scale(float amax, float ts, float six_ts) 
 /// The tensor scale `max(amax / 2688, 1e-12)` (2688 = 448 * 6) of a CPU tensor amax.
 inline float nv_tensor_scale_cpu(float amax) { return quant::clamp_min(amax / 2688.0f, kEps); }
 
+#if defined(__CUDACC__)
+/// On CUDA torch divides by the Python number 2688 as a multiplication by its reciprocal.
+__device__ inline float nv_tensor_scale_cuda(float amax) {
+    return quant::clamp_min(__fmul_rn(amax, 1.0f / 2688.0f), kEps);
+}
+
+/// mx_block_scale with torch's CUDA log2 and exp2 (CUDA's log2f and exp2f, which are not
+/// correctly rounded: the same functions give the same floors).
+__device__ inline float mx_block_scale_cuda(float amax) {
+    const float l = floorf(log2f(quant::clamp_min(amax, 1e-30f)));
+    return exp2f(quant::clamp(__fsub_rn(l, 2.0f), -127.0f, 127.0f));
+}
+#endif
+
 }  // namespace turbo_physai::kernels::fp4

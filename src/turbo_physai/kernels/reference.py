@@ -14,7 +14,7 @@ SCALE_MIN = 1e-12
 def broadcast_shape(a, b) -> tuple[int, ...] | None:
     """torch's broadcast of two shapes, or None where they do not broadcast. Plain Python:
     ``torch.broadcast_shapes`` costs tens of microseconds a call (it goes through torch._refs)."""
-    if torch._C._is_tracing():  # jit.trace records sizes as tensors: let torch compare them
+    if torch.jit.is_tracing():  # jit.trace records sizes as tensors: let torch compare them
         try:
             return tuple(torch.broadcast_shapes(a, b))
         except RuntimeError:

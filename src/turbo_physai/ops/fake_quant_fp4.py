@@ -6,7 +6,8 @@ float32 tensor along its last dim in blocks (format ``"mx"``: 32 elements, power
 ``tensor_amax`` None taking max |x|). Its gradient is autograd's through LibreYOLO's formulation,
 ``(grad * eff) / eff`` with each block's effective scale eff (``..._fp4_backward``): not exactly
 the incoming gradient where that product rounds. ``turbo_physai::unpack_nvfp4`` dequantizes a
-packed checkpoint (no gradient). CPU kernels; the fronts are in :mod:`turbo_physai.ops.quant`.
+packed checkpoint (no gradient). CPU and CUDA kernels, each with its device's torch rounding;
+the fronts are in :mod:`turbo_physai.ops.quant`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import dispatcher_needed, profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, threads
+from turbo_physai.ops._quant_ops import define, fast, grad_needed, stream, threads
 
 _FAKE_QUANT = "turbo_physai::fake_quant_fp4"
 _BACKWARD = "turbo_physai::fake_quant_fp4_backward"
@@ -34,8 +35,14 @@ def fake_quant(x, format, tensor_amax):
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
     out = torch.empty_like(x2)
     scales = _block_scales_like(x, format)
-    _core.fake_quant_fp4_cpu(*capsules(x2, out, scales), format, *capsules(tensor_amax),
-                             threads())
+    if x.is_cuda:
+        # one zeroed float the NV dynamic amax is reduced into
+        scratch = x2.new_zeros(1) if tensor_amax is None else x2.new_empty(1)
+        _core.fake_quant_fp4_cuda(*capsules(x2, out, scales), format,
+                                  *capsules(tensor_amax, scratch), stream(x))
+    else:
+        _core.fake_quant_fp4_cpu(*capsules(x2, out, scales), format, *capsules(tensor_amax),
+                                 threads())
     return out.view(x.shape), scales
 
 
@@ -43,14 +50,22 @@ def backward(grad, block_scales, block):
     shape = grad.shape
     grad = grad.reshape(math.prod(shape[:-1]), shape[-1]).contiguous()
     grad_x = torch.empty_like(grad)
-    _core.fake_quant_fp4_backward_cpu(*capsules(grad, block_scales, grad_x), block, threads())
+    if grad.is_cuda:
+        _core.fake_quant_fp4_backward_cuda(*capsules(grad, block_scales, grad_x), block,
+                                           stream(grad))
+    else:
+        _core.fake_quant_fp4_backward_cpu(*capsules(grad, block_scales, grad_x), block,
+                                          threads())
     return grad_x.view(shape)
 
 
 def unpack(payload, block_scale, tensor_amax, width):
     out = block_scale.new_empty((payload.shape[0], width))
-    _core.unpack_nvfp4_cpu(*capsules(payload, block_scale), float(tensor_amax), *capsules(out),
-                           threads())
+    if payload.is_cuda:
+        _core.unpack_nvfp4_cuda(*capsules(payload, block_scale, tensor_amax, out), stream(payload))
+    else:
+        _core.unpack_nvfp4_cpu(*capsules(payload, block_scale), float(tensor_amax),
+                               *capsules(out), threads())
     return out
 
 
@@ -60,9 +75,9 @@ def _fake(x, format, tensor_amax):
 
 _fake_quant_op = define(_FAKE_QUANT,
                         "(Tensor x, str format, Tensor? tensor_amax) -> (Tensor, Tensor)",
-                        fake_quant, None, _fake)
+                        fake_quant, fake_quant if _core.cuda_kernels else None, _fake)
 _backward_op = define(_BACKWARD, "(Tensor grad, Tensor block_scales, int block) -> Tensor",
-                      backward, None,
+                      backward, backward if _core.cuda_kernels else None,
                       lambda grad, block_scales, block: grad.new_empty(grad.shape))
 _unpack_op = define(
     _UNPACK, "(Tensor payload, Tensor block_scale, Tensor tensor_amax, int width) -> Tensor",
@@ -101,8 +116,8 @@ class _FakeQuant(torch.autograd.Function):
 
 
 def run_fake_quant(x: torch.Tensor, format: str, tensor_amax: torch.Tensor | None) -> torch.Tensor:
-    """The op, or its kernel directly in plain eager execution; x float32 on the CPU with at
-    least one dim, tensor_amax None or one float32 that needs no gradient."""
+    """The op, or its kernel directly in plain eager execution; x float32 with at least one dim
+    on the CPU (or CUDA), tensor_amax None or one float32 on x's device, needing no gradient."""
     if fast(x, tensor_amax):
         if grad_needed(x):
             return profiled(_FAKE_QUANT, _FakeQuant.apply, x, format, tensor_amax)
@@ -113,7 +128,7 @@ def run_fake_quant(x: torch.Tensor, format: str, tensor_amax: torch.Tensor | Non
 def run_unpack(payload: torch.Tensor, block_scale: torch.Tensor, tensor_amax: torch.Tensor,
                width: int) -> torch.Tensor:
     """Likewise for the unpack op; payload 2-D uint8, block_scale float32 (out, blocks of
-    width), tensor_amax one float32."""
+    width), tensor_amax one float32, all on one device."""
     if fast(payload, block_scale, tensor_amax):
         return profiled(_UNPACK, unpack, payload, block_scale, tensor_amax, width)
     return _unpack_op(payload, block_scale, tensor_amax, width)

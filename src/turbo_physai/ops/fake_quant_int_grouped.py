@@ -4,8 +4,8 @@
 ``fake_quant_int_grouped`` forward, straight-through sum included, on a 2-D float32 weight with
 a (out, groups) scale (strides 0 where it is broadcast) or none (each group's
 ``amax / (2^(bits-1) - 1)``); its gradient is the incoming one. ``turbo_physai::unpack_int_grouped``
-dequantizes a packed checkpoint (no gradient). CPU kernels; the fronts in
-:mod:`turbo_physai.ops.quant` send other devices to the portable formulation.
+dequantizes a packed checkpoint (no gradient). CPU and CUDA kernels, each with its device's
+torch rounding; the fronts are in :mod:`turbo_physai.ops.quant`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, threads
+from turbo_physai.ops._quant_ops import define, fast, grad_needed, stream, threads
 
 _FAKE_QUANT = "turbo_physai::fake_quant_int_grouped"
 _UNPACK = "turbo_physai::unpack_int_grouped"
@@ -23,23 +23,33 @@ _UNPACK = "turbo_physai::unpack_int_grouped"
 
 def fake_quant(weight, bits, group_size, scale):
     out = weight.new_empty(weight.shape)
-    _core.fake_quant_int_grouped_cpu(*capsules(weight, out, scale), bits, group_size, threads())
+    if weight.is_cuda:
+        _core.fake_quant_int_grouped_cuda(*capsules(weight, out, scale), bits, group_size,
+                                          stream(weight))
+    else:
+        _core.fake_quant_int_grouped_cpu(*capsules(weight, out, scale), bits, group_size,
+                                         threads())
     return out
 
 
 def unpack(payload, scale, bits, group_size, width):
     out = scale.new_empty((payload.shape[0], width))
-    _core.unpack_int_grouped_cpu(*capsules(payload, scale, out), bits, group_size, threads())
+    if payload.is_cuda:
+        _core.unpack_int_grouped_cuda(*capsules(payload, scale, out), bits, group_size,
+                                      stream(payload))
+    else:
+        _core.unpack_int_grouped_cpu(*capsules(payload, scale, out), bits, group_size,
+                                     threads())
     return out
 
 
 _fake_quant_op = define(
     _FAKE_QUANT, "(Tensor weight, int bits, int group_size, Tensor? scale) -> Tensor",
-    fake_quant, None,
+    fake_quant, fake_quant if _core.cuda_kernels else None,
     lambda weight, bits, group_size, scale: weight.new_empty(weight.shape))
 _unpack_op = define(
     _UNPACK, "(Tensor payload, Tensor scale, int bits, int group_size, int width) -> Tensor",
-    unpack, None,
+    unpack, unpack if _core.cuda_kernels else None,
     lambda payload, scale, bits, group_size, width: scale.new_empty((payload.shape[0], width)))
 
 
@@ -62,8 +72,8 @@ class _FakeQuant(torch.autograd.Function):
 
 def run_fake_quant(weight: torch.Tensor, bits: int, group_size: int,
                    scale: torch.Tensor | None) -> torch.Tensor:
-    """The op, or its kernel directly in plain eager execution; weight 2-D float32 on the CPU,
-    scale None or a float32 (out, groups) view that needs no gradient."""
+    """The op, or its kernel directly in plain eager execution; weight 2-D float32 on the CPU
+    (or CUDA), scale None or a float32 (out, groups) view on its device needing no gradient."""
     if fast(weight, scale):
         if grad_needed(weight):
             return profiled(_FAKE_QUANT, _FakeQuant.apply, weight, bits, group_size, scale)
@@ -73,7 +83,8 @@ def run_fake_quant(weight: torch.Tensor, bits: int, group_size: int,
 
 def run_unpack(payload: torch.Tensor, scale: torch.Tensor, bits: int, group_size: int,
                width: int) -> torch.Tensor:
-    """Likewise for the unpack op; payload 2-D uint8, scale float32 (out, groups of width)."""
+    """Likewise for the unpack op; payload 2-D uint8, scale float32 (out, groups of width) on
+    payload's device."""
     if fast(payload, scale):
         return profiled(_UNPACK, unpack, payload, scale, bits, group_size, width)
     return _unpack_op(payload, scale, bits, group_size, width)

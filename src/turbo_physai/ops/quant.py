@@ -7,7 +7,7 @@ bits: every non-NaN output bit (signed zeros included) and NaN in the same eleme
 gradient, with the reference's output shape and dtype. (Where two different NaNs meet in one
 step, which payload survives is not part of the contract: torch's own SIMD body and scalar tail
 disagree on it.) Where the reference raises, these raise too. They run our C++ kernels for
-float32 CPU tensors (and CUDA for the int8 and fp8 slots, the QAT hot path) and
+float32 tensors on the CPU and on CUDA (where the build has the CUDA kernels), and
 :mod:`turbo_physai.ops.quant_reference`, the same torch steps as LibreYOLO's, for everything
 else: other dtypes and devices, a scale that needs a gradient, inputs the reference rejects,
 ``torch.jit.trace`` and ONNX export (where the int8 slots must stay
@@ -57,10 +57,6 @@ def _integer(v) -> bool:
 def _fits(t: _Tensor, shape: tuple[int, ...]) -> bool:
     """t broadcasts to `shape` without growing it."""
     return broadcast_shape(t.shape, shape) == tuple(shape)
-
-
-def _cpu(*tensors) -> bool:
-    return native(*tensors, cuda=False)
 
 
 def _gpu_or_cpu(*tensors) -> bool:
@@ -135,7 +131,7 @@ def fake_quant_int_grouped(weight: _Tensor, bits: int, group_size: int,
     its own ``amax / (2^(bits-1) - 1)``, straight-through."""
     groups = _int_groups(weight, bits, group_size)
     if portable_only() or groups is None or not (scale is None or (
-            _cpu(scale) and _fits(scale, (weight.shape[0], groups)))):
+            _gpu_or_cpu(weight, scale) and _fits(scale, (weight.shape[0], groups)))):
         return _reference.fake_quant_int_grouped(weight, bits, group_size, scale)
     if scale is not None:
         scale = scale.detach().expand(weight.shape[0], groups)
@@ -145,7 +141,7 @@ def fake_quant_int_grouped(weight: _Tensor, bits: int, group_size: int,
 
 def _int_groups(weight, bits, group_size) -> int | None:
     """The number of groups where the kernel takes these arguments, else None."""
-    if not (_cpu(weight) and weight.dim() == 2 and weight.numel() > 0 and _integer(bits)
+    if not (_gpu_or_cpu(weight) and weight.dim() == 2 and weight.numel() > 0 and _integer(bits)
             and 1 <= bits <= 16 and _integer(group_size) and group_size > 0):
         return None
     return -(-weight.shape[1] // group_size)
@@ -158,7 +154,7 @@ def unpack_int_grouped(payload: _Tensor, scale: _Tensor, bits: int, group_size: 
     cols = _payload_codes(payload, bits)
     if (portable_only() or cols is None or not _integer(group_size) or group_size <= 0
             or cols % group_size or not _integer(in_features)
-            or not _stored_scale(scale, (payload.shape[0], cols // group_size))):
+            or not _stored_scale(scale, payload, (payload.shape[0], cols // group_size))):
         return _reference.unpack_int_grouped(payload, scale, bits, group_size, in_features)
     width = len(range(cols)[:in_features])
     s = scale.float().expand(payload.shape[0], cols // group_size)[:, :-(-width // group_size)]
@@ -166,25 +162,25 @@ def unpack_int_grouped(payload: _Tensor, scale: _Tensor, bits: int, group_size: 
 
 
 def _payload_codes(payload, bits) -> int | None:
-    """Codes a row of a uint8 (out, bytes) CPU payload holds, where the kernels take it."""
+    """Codes a row of a uint8 (out, bytes) payload holds, where the kernels take it."""
     if not (isinstance(payload, _Tensor) and type(bits) is int and bits in (2, 4)
-            and payload.dtype is torch.uint8 and payload.device.type == "cpu"
-            and payload.dim() == 2 and payload.numel() > 0):
+            and payload.dtype is torch.uint8 and payload.dim() == 2 and payload.numel() > 0
+            and (payload.is_cpu or (payload.is_cuda and _core.cuda_kernels))):
         return None
     return payload.shape[1] * (8 // bits)
 
 
-def _stored_scale(t, shape: tuple[int, ...] | None) -> bool:
-    """A CPU float tensor (float8 included) of scales the kernels read as float32: broadcasting
-    to `shape` without growing it, or a single element where shape is None."""
-    return (isinstance(t, _Tensor) and t.device.type == "cpu" and not t.requires_grad
+def _stored_scale(t, payload: _Tensor, shape: tuple[int, ...] | None) -> bool:
+    """A float tensor (float8 included) of scales on payload's device, which the kernels read as
+    float32: broadcasting to `shape` without growing it, or one element where shape is None."""
+    return (isinstance(t, _Tensor) and t.device == payload.device and not t.requires_grad
             and t.is_floating_point() and (t.numel() == 1 if shape is None else _fits(t, shape)))
 
 
 # --- FP4 -----------------------------------------------------------------------------------------
 
 def _fp4_native(x) -> bool:
-    return _cpu(x) and x.dim() >= 1
+    return _gpu_or_cpu(x) and x.dim() >= 1
 
 
 def fake_quant_mxfp4_weight(weight: _Tensor) -> _Tensor:
@@ -205,7 +201,7 @@ def fake_quant_mxfp4_dynamic(x: _Tensor) -> _Tensor:
 def fake_quant_nvfp4_weight(weight: _Tensor, tensor_amax: _Tensor) -> _Tensor:
     """NVFP4: E2M1 elements in 16-element blocks along the last dim, each with an E4M3 scale
     times the tensor scale ``max(tensor_amax / 2688, 1e-12)`` of a fixed amax."""
-    if (portable_only() or not _fp4_native(weight) or not _cpu(tensor_amax)
+    if (portable_only() or not _fp4_native(weight) or not _gpu_or_cpu(weight, tensor_amax)
             or tensor_amax.numel() != 1 or tensor_amax.requires_grad):
         return _reference.fake_quant_nvfp4_weight(weight, tensor_amax)
     return _fp4.run_fake_quant(weight, "nv", tensor_amax.reshape(1))
@@ -225,8 +221,8 @@ def unpack_nvfp4(payload: _Tensor, block_scale: _Tensor, tensor_amax: _Tensor,
     columns (slice semantics)."""
     cols = _payload_codes(payload, 4)
     if (portable_only() or cols is None or cols % 16 or not _integer(in_features)
-            or not _stored_scale(block_scale, (payload.shape[0], cols // 16))
-            or not _stored_scale(tensor_amax, None)):
+            or not _stored_scale(block_scale, payload, (payload.shape[0], cols // 16))
+            or not _stored_scale(tensor_amax, payload, None)):
         return _reference.unpack_nvfp4(payload, block_scale, tensor_amax, in_features)
     width = len(range(cols)[:in_features])
     s = block_scale.float().expand(payload.shape[0], cols // 16)[:, :-(-width // 16)]
