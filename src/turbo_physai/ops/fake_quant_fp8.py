@@ -5,8 +5,8 @@
 along dim 0 (a 1-D scale as long as x's dim 0: our slot's convention) or any shape that
 broadcasts against x; the result has the shape x and scale broadcast to (a 0-d x with a (1,)
 scale gives (1,), as the slot's reference does). ``straight_through`` returns LibreYOLO's
-forward ``x + (q - x)`` instead of q: in float32 the two differ in the last bit for about a
-quarter of the elements of wide-range inputs, and LibreYOLO's slot
+forward ``x + (q - x)`` instead of q: in float32 the two differ where q is far from x (saturated,
+or rounded to zero: 39% of the elements of a 12-decade spread), and LibreYOLO's slot
 (:func:`turbo_physai.ops.quant.fake_quant_fp8`) needs its bits. The gradient is straight-through
 to x (summed over the dims x was broadcast along), none to the scale.
 
