@@ -3,10 +3,12 @@ slots at the sizes its QAT and finalized models call them with) and the bit-exac
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
@@ -92,6 +94,14 @@ def step(fn, args, grad: torch.Tensor | None):
             return fn(*args)
     leaf = args[0].detach().requires_grad_()
     return torch.autograd.grad(fn(leaf, *args[1:]), leaf, grad)[0]
+
+
+def save(name: str, rows: list, command: str, environment_: dict) -> None:
+    """Writes benchmarks/results/<name>.json: where and how it ran, and the rows."""
+    out = Path(__file__).parent / "results" / f"{name}.json"
+    results = {"environment": environment_, "command": command, "rows": rows}
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def environment(device: str) -> dict:

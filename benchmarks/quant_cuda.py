@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-from pathlib import Path
 
 import torch
-from quant_common import CASES, environment, mismatches, references, step
+from quant_common import CASES, environment, mismatches, references, save, step
 
 from turbo_physai import _core
 from turbo_physai.ops import quant
@@ -97,13 +95,8 @@ def main() -> None:
                   f"{row['turbo_physai_ms']:8.3f}ms {vs_tri} {row['speedup_vs_reference']:6.2f}x"
                   f"  {row['ours_mismatched_elements']} / "
                   f"{row.get('triton_mismatched_elements', '-')}", flush=True)
-    results = {"environment": environment("cuda"),
-               "command": f"PYTHONPATH=src python benchmarks/quant_cuda.py --repeat {args.repeat} "
-                          f"--iters {args.iters}",
-               "rows": rows}
-    out = Path(__file__).parent / "results" / "quant_cuda.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    save("quant_cuda", rows, f"PYTHONPATH=src python benchmarks/quant_cuda.py --repeat "
+         f"{args.repeat} --iters {args.iters}", environment("cuda"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@
 #include "fake_quant_fp4/fake_quant_fp4.h"
 #include "quant_arrays.h"
 #ifdef TPA_WITH_CUDA
-#include "cuda_device.h"
 #include "fake_quant_fp4/fake_quant_fp4_cuda.h"
 #endif
 
@@ -85,7 +84,9 @@ kernels::Fp4BackwardArgs backward_args(const In &grad, const In &block_scales, c
 }
 
 template <class P, class In, class Out>
-kernels::UnpackNvfp4Args unpack_args(const P &payload, const In &block_scale, const Out &out) {
+kernels::UnpackNvfp4Args unpack_args(const P &payload, const In &block_scale,
+                                     const In &tensor_amax, const Out &out) {
+    quant::require(tensor_amax.size() == 1, kUnpack, "tensor_amax must have one element");
     quant::require_ndim(payload, 2, kUnpack, "payload");
     quant::require_ndim(out, 2, kUnpack, "out");
     quant::require(payload.shape(1) <= 1 || payload.stride(1) == 1, kUnpack,
@@ -110,6 +111,7 @@ kernels::UnpackNvfp4Args unpack_args(const P &payload, const In &block_scale, co
     a.block_scale = block_scale.data();
     a.block_row_stride = block_scale.stride(0);
     a.block_stride = block_scale.stride(1);
+    a.tensor_amax = tensor_amax.data();
     a.out = out.data();
     return a;
 }
@@ -129,10 +131,9 @@ void backward_cpu(const CpuIn &grad, const CpuIn &block_scales, const CpuOut &gr
     kernels::fake_quant_fp4_backward_cpu(a, max_threads);
 }
 
-void unpack_cpu(const CpuPayload &payload, const CpuIn &block_scale, float tensor_amax,
+void unpack_cpu(const CpuPayload &payload, const CpuIn &block_scale, const CpuIn &tensor_amax,
                 const CpuOut &out, int max_threads) {
-    kernels::UnpackNvfp4Args a = unpack_args(payload, block_scale, out);
-    a.tensor_amax = tensor_amax;
+    const auto a = unpack_args(payload, block_scale, tensor_amax, out);
     nb::gil_scoped_release released;
     kernels::unpack_nvfp4_cpu(a, max_threads);
 }
@@ -142,12 +143,6 @@ using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
 
-void launched(cudaError_t err, const char *op) {
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
-                                 cudaGetErrorString(err));
-}
-
 // `scratch`: one zeroed float for NV's dynamic amax (ignored otherwise).
 void fake_quant_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &block_scales,
                      const std::string &format, std::optional<CudaIn> tensor_amax,
@@ -156,32 +151,26 @@ void fake_quant_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &block_s
                        (!tensor_amax || quant::on_one_device(x, *tensor_amax)),
                    kFakeQuant, "all arrays must be on the same CUDA device");
     quant::require(scratch.size() >= 1, kFakeQuant, "scratch must hold one float");
-    const auto a = fake_quant_args(x, out, block_scales, format, tensor_amax);
-    const CudaDeviceGuard on_device(x.device_id());
-    launched(kernels::fake_quant_fp4_cuda(a, scratch.data(), reinterpret_cast<cudaStream_t>(stream)),
-             kFakeQuant);
+    kernels::Fp4Args a = fake_quant_args(x, out, block_scales, format, tensor_amax);
+    a.amax_scratch = scratch.data();
+    quant::launch(kernels::fake_quant_fp4_cuda, a, x.device_id(), stream, kFakeQuant);
 }
 
 void backward_cuda(const CudaIn &grad, const CudaIn &block_scales, const CudaOut &grad_x,
                    std::int64_t block, std::uintptr_t stream) {
     quant::require(quant::on_one_device(grad, block_scales, grad_x), kFakeQuant,
                    "grad, block_scales and grad_x must be on the same CUDA device");
-    const auto a = backward_args(grad, block_scales, grad_x, block);
-    const CudaDeviceGuard on_device(grad.device_id());
-    launched(kernels::fake_quant_fp4_backward_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
-             kFakeQuant);
+    quant::launch(kernels::fake_quant_fp4_backward_cuda,
+                  backward_args(grad, block_scales, grad_x, block), grad.device_id(), stream,
+                  kFakeQuant);
 }
 
 void unpack_cuda(const CudaPayload &payload, const CudaIn &block_scale, const CudaIn &tensor_amax,
                  const CudaOut &out, std::uintptr_t stream) {
     quant::require(quant::on_one_device(payload, block_scale, tensor_amax, out), kUnpack,
                    "payload, block_scale, tensor_amax and out must be on the same CUDA device");
-    quant::require(tensor_amax.size() == 1, kUnpack, "tensor_amax must have one element");
-    const auto a = unpack_args(payload, block_scale, out);
-    const CudaDeviceGuard on_device(payload.device_id());
-    launched(kernels::unpack_nvfp4_cuda(a, tensor_amax.data(),
-                                        reinterpret_cast<cudaStream_t>(stream)),
-             kUnpack);
+    quant::launch(kernels::unpack_nvfp4_cuda, unpack_args(payload, block_scale, tensor_amax, out),
+                  payload.device_id(), stream, kUnpack);
 }
 #endif
 
@@ -197,7 +186,8 @@ void bind_fake_quant_fp4(nb::module_ &m) {
           nb::arg("block_scales").noconvert(), nb::arg("grad_x").noconvert(), nb::arg("block"),
           nb::arg("max_threads") = 0, "grad_x = (grad * eff) / eff, eff the block's scale.");
     m.def("unpack_nvfp4_cpu", &unpack_cpu, nb::arg("payload").noconvert(),
-          nb::arg("block_scale").noconvert(), nb::arg("tensor_amax"), nb::arg("out").noconvert(),
+          nb::arg("block_scale").noconvert(), nb::arg("tensor_amax").noconvert(),
+          nb::arg("out").noconvert(),
           nb::arg("max_threads") = 0,
           "LibreYOLO's unpack_nvfp4_weight into `out` (rows, width <= 2 * payload columns).");
 #ifdef TPA_WITH_CUDA
@@ -211,7 +201,7 @@ void bind_fake_quant_fp4(nb::module_ &m) {
     m.def("unpack_nvfp4_cuda", &unpack_cuda, nb::arg("payload").noconvert(),
           nb::arg("block_scale").noconvert(), nb::arg("tensor_amax").noconvert(),
           nb::arg("out").noconvert(), nb::arg("stream"),
-          "As the CPU kernel, with tensor_amax in device memory, on `stream`.");
+          "As the CPU kernel, on `stream`.");
 #endif
 }
 

@@ -8,7 +8,6 @@
 #include "fake_quant_fp8/fake_quant_fp8.h"
 #include "quant_arrays.h"
 #ifdef TPA_WITH_CUDA
-#include "cuda_device.h"
 #include "fake_quant_fp8/fake_quant_fp8_cuda.h"
 #endif
 
@@ -81,7 +80,7 @@ using CpuIn = nb::ndarray<const float, nb::device::cpu>;
 using CpuOut = nb::ndarray<float, nb::device::cpu>;
 
 void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straight_through,
-             int max_threads, std::int64_t rows) {
+             std::int64_t rows, int max_threads) {
     const FakeQuantFp8Args args = describe(x, scale, out, rows, straight_through);
     nb::gil_scoped_release released;
     kernels::fake_quant_fp8_cpu(args, max_threads);
@@ -91,20 +90,15 @@ void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straigh
 using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
-void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, std::uintptr_t stream,
-              bool straight_through, std::int64_t rows) {
+void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, bool straight_through,
+              std::int64_t rows, std::uintptr_t stream) {
     quant::require(quant::on_one_device(x, scale, out), kOp,
                    "x, scale and out must be on the same CUDA device");
     const FakeQuantFp8Args args = describe(x, scale, out, rows, straight_through);
     quant::require(args.rows <= 1 || (args.x_row_stride == args.cols &&
                                       args.out_row_stride == args.cols),
                    kOp, "on CUDA, x and out must be contiguous");
-    const CudaDeviceGuard on_device(x.device_id());
-    const cudaError_t err =
-        kernels::fake_quant_fp8_cuda(args, reinterpret_cast<cudaStream_t>(stream));
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string("fake_quant_fp8: CUDA launch failed: ") +
-                                 cudaGetErrorString(err));
+    quant::launch(kernels::fake_quant_fp8_cuda, args, x.device_id(), stream, kOp);
 }
 #endif
 
@@ -114,14 +108,14 @@ void bind_fake_quant_fp8(nb::module_ &m) {
     // noconvert: an implicit dtype/device conversion would write `out` into a temporary copy.
     m.def("fake_quant_fp8_cpu", &run_cpu, nb::arg("x").noconvert(), nb::arg("scale").noconvert(),
           nb::arg("out").noconvert(), nb::arg("straight_through") = false,
-          nb::arg("max_threads") = 0, nb::arg("rows") = -1,
+          nb::arg("rows") = -1, nb::arg("max_threads") = 0,
           "out = fp8_e4m3fn(clamp(x / s, +-448)) * s, s = max(scale, 1e-12) of the row; with "
           "straight_through, x + (that - x). float32, CPU. Rows: x's dim 0, or `rows` of a "
           "contiguous x.");
 #ifdef TPA_WITH_CUDA
     m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x").noconvert(),
-          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("stream"),
-          nb::arg("straight_through") = false, nb::arg("rows") = -1,
+          nb::arg("scale").noconvert(), nb::arg("out").noconvert(),
+          nb::arg("straight_through") = false, nb::arg("rows") = -1, nb::arg("stream") = 0,
           "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
     m.attr("cuda_kernels") = true;
 #else

@@ -8,7 +8,6 @@
 #include "fake_quant_int8/fake_quant_int8.h"
 #include "quant_arrays.h"
 #ifdef TPA_WITH_CUDA
-#include "cuda_device.h"
 #include "fake_quant_int8/fake_quant_int8_cuda.h"
 #endif
 
@@ -126,54 +125,38 @@ void affine_backward_cpu(const CpuIn &grad, const CpuIn &x, const CpuIn &lo, con
 using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
-void check_launch(cudaError_t err, const char *op) {
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
-                                 cudaGetErrorString(err));
-}
-
 void per_channel_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &scale, int axis,
                       bool dynamic, std::uintptr_t stream) {
     quant::require(quant::on_one_device(x, out, scale), kPerChannel,
                    "x, out and scale must be on the same CUDA device");
-    const auto args = per_channel_args(x, out, scale, axis, dynamic);
-    const CudaDeviceGuard on_device(x.device_id());
-    check_launch(kernels::fake_quant_int8_per_channel_cuda(
-                     args, reinterpret_cast<cudaStream_t>(stream)),
-                 kPerChannel);
+    quant::launch(kernels::fake_quant_int8_per_channel_cuda,
+                  per_channel_args(x, out, scale, axis, dynamic), x.device_id(), stream,
+                  kPerChannel);
 }
 
 void per_channel_backward_cuda(const CudaIn &grad, const CudaIn &x, const CudaIn &scale,
                                const CudaOut &grad_x, int axis, std::uintptr_t stream) {
     quant::require(quant::on_one_device(grad, x, scale, grad_x), kPerChannel,
                    "grad, x, scale and grad_x must be on the same CUDA device");
-    const auto args = per_channel_backward_args(grad, x, scale, grad_x, axis);
-    const CudaDeviceGuard on_device(x.device_id());
-    check_launch(kernels::fake_quant_int8_per_channel_backward_cuda(
-                     args, reinterpret_cast<cudaStream_t>(stream)),
-                 kPerChannel);
+    quant::launch(kernels::fake_quant_int8_per_channel_backward_cuda,
+                  per_channel_backward_args(grad, x, scale, grad_x, axis), x.device_id(), stream,
+                  kPerChannel);
 }
 
 void affine_cuda(const CudaIn &x, const CudaOut &out, const CudaIn &lo, const CudaIn &hi,
                  std::uintptr_t stream) {
     quant::require(quant::on_one_device(x, out, lo, hi), kAffine,
                    "x, out, lo and hi must be on the same CUDA device");
-    const auto args = affine_args(x, out, lo, hi);
-    const CudaDeviceGuard on_device(x.device_id());
-    check_launch(
-        kernels::fake_quant_int8_affine_cuda(args, reinterpret_cast<cudaStream_t>(stream)),
-        kAffine);
+    quant::launch(kernels::fake_quant_int8_affine_cuda, affine_args(x, out, lo, hi),
+                  x.device_id(), stream, kAffine);
 }
 
 void affine_backward_cuda(const CudaIn &grad, const CudaIn &x, const CudaIn &lo,
                           const CudaIn &hi, const CudaOut &grad_x, std::uintptr_t stream) {
     quant::require(quant::on_one_device(grad, x, lo, hi, grad_x), kAffine,
                    "grad, x, lo, hi and grad_x must be on the same CUDA device");
-    const auto args = affine_backward_args(grad, x, lo, hi, grad_x);
-    const CudaDeviceGuard on_device(x.device_id());
-    check_launch(kernels::fake_quant_int8_affine_backward_cuda(
-                     args, reinterpret_cast<cudaStream_t>(stream)),
-                 kAffine);
+    quant::launch(kernels::fake_quant_int8_affine_backward_cuda,
+                  affine_backward_args(grad, x, lo, hi, grad_x), x.device_id(), stream, kAffine);
 }
 #endif
 

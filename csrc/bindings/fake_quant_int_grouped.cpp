@@ -10,7 +10,6 @@
 #include "fake_quant_int_grouped/fake_quant_int_grouped.h"
 #include "quant_arrays.h"
 #ifdef TPA_WITH_CUDA
-#include "cuda_device.h"
 #include "fake_quant_int_grouped/fake_quant_int_grouped_cuda.h"
 #endif
 
@@ -121,30 +120,22 @@ using CudaIn = nb::ndarray<const float, nb::device::cuda>;
 using CudaOut = nb::ndarray<float, nb::device::cuda>;
 using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
 
-void launched(cudaError_t err, const char *op) {
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
-                                 cudaGetErrorString(err));
-}
-
 void fake_quant_cuda(const CudaIn &w, const CudaOut &out, std::optional<CudaIn> scale, int bits,
                      std::int64_t group_size, std::uintptr_t stream) {
     quant::require(quant::on_one_device(w, out) && (!scale || quant::on_one_device(w, *scale)),
                    kFakeQuant, "weight, out and scale must be on the same CUDA device");
-    const auto a = fake_quant_args(w, out, scale, bits, group_size);
-    const CudaDeviceGuard on_device(w.device_id());
-    launched(kernels::fake_quant_int_grouped_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
-             kFakeQuant);
+    quant::launch(kernels::fake_quant_int_grouped_cuda,
+                  fake_quant_args(w, out, scale, bits, group_size), w.device_id(), stream,
+                  kFakeQuant);
 }
 
 void unpack_cuda(const CudaPayload &payload, const CudaIn &scale, const CudaOut &out, int bits,
                  std::int64_t group_size, std::uintptr_t stream) {
     quant::require(quant::on_one_device(payload, scale, out), kUnpack,
                    "payload, scale and out must be on the same CUDA device");
-    const auto a = unpack_args(payload, scale, out, bits, group_size);
-    const CudaDeviceGuard on_device(payload.device_id());
-    launched(kernels::unpack_int_grouped_cuda(a, reinterpret_cast<cudaStream_t>(stream)),
-             kUnpack);
+    quant::launch(kernels::unpack_int_grouped_cuda,
+                  unpack_args(payload, scale, out, bits, group_size), payload.device_id(), stream,
+                  kUnpack);
 }
 #endif
 

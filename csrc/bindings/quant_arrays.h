@@ -11,6 +11,11 @@
 #include <string>
 
 #include "bindings.h"
+#ifdef TPA_WITH_CUDA
+#include <stdexcept>
+
+#include "cuda_device.h"
+#endif
 
 namespace turbo_physai::bindings::quant {
 
@@ -86,5 +91,18 @@ bool on_one_device(const Arrays &...arrays) {
             return false;
     return true;
 }
+
+#ifdef TPA_WITH_CUDA
+/// Runs `kernel(args, stream)` with the arrays' GPU current, raising on a failed launch.
+template <class Args>
+void launch(cudaError_t (*kernel)(const Args &, cudaStream_t), const Args &args, int device,
+            std::uintptr_t stream, const char *op) {
+    const CudaDeviceGuard on_device(device);
+    const cudaError_t err = kernel(args, reinterpret_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string(op) + ": CUDA launch failed: " +
+                                 cudaGetErrorString(err));
+}
+#endif
 
 }  // namespace turbo_physai::bindings::quant

@@ -117,8 +117,8 @@ TEST(Unpack, CodesLowBitsFirst) {
     EXPECT_EQ(out[1], -3.5f);  // (1 - 8) * 0.5
     EXPECT_EQ(out[2], -2.0f);
     EXPECT_EQ(out[3], 3.0f);
-    const float block = 2688.0f;  // with tensor_amax 1: an effective scale of 1
-    tk::UnpackNvfp4Args n{payload, 2, &block, 0, 0, 1.0f, out, 1, 4};
+    const float block = 2688.0f, amax = 1.0f;  // an effective scale of 1
+    tk::UnpackNvfp4Args n{payload, 2, &block, 0, 0, &amax, out, 1, 4};
     tk::unpack_nvfp4_cpu(n, 1);
     EXPECT_EQ(out[0], -6.0f);  // code 15: sign bit, level 7
     EXPECT_EQ(out[1], 0.5f);
@@ -138,7 +138,7 @@ TEST(QuantKernels, ThreadCountDoesNotChangeBits) {
         tk::fake_quant_int8_per_channel_cpu({x.data(), out.data(), scales.data(), 1, rows, cols,
                                              true}, threads);
         tk::fake_quant_fp4_cpu({x.data(), fp4.data(), blocks.data(), rows, cols,
-                                tk::Fp4Format::nv, nullptr}, threads);
+                                tk::Fp4Format::nv, nullptr, nullptr}, threads);
         tk::IntGroupedArgs g{x.data(), grouped.data(), nullptr, 0, 0, rows, cols, cols, 128, 4};
         tk::fake_quant_int_grouped_cpu(g, threads);
         out.insert(out.end(), fp4.begin(), fp4.end());

@@ -194,7 +194,7 @@ void unpack_nvfp4_cpu(const UnpackNvfp4Args &a, int max_threads) {
     constexpr std::int64_t kBlock = 16;
     if (a.rows <= 0 || a.width <= 0)
         return;
-    const float ts = fp4::nv_tensor_scale_cpu(a.tensor_amax);
+    const float ts = fp4::nv_tensor_scale_cpu(*a.tensor_amax);
     const std::int64_t blocks = (a.width + kBlock - 1) / kBlock;
     parallel_for(a.rows, std::max<std::int64_t>(1, kGrain / a.width), max_threads,
                  [&](std::int64_t b, std::int64_t e) {

@@ -3,8 +3,6 @@
 #include "fake_quant_fp4/fake_quant_fp4_cuda.h"
 #include "quant_math/cuda_launch.cuh"
 
-#include <type_traits>
-
 namespace turbo_physai::kernels {
 namespace {
 
@@ -14,6 +12,15 @@ template <int B>
 struct BlockLanes {
     static constexpr int kLanes = B / quant::kPerThread;
     std::int64_t rows, cols, blocks;  // blocks a row
+
+    BlockLanes(std::int64_t rows_, std::int64_t cols_)
+        : rows(rows_), cols(cols_), blocks((cols_ + B - 1) / B) {}
+
+    /// Thread blocks of quant::kThreads covering every lane.
+    unsigned grid() const {
+        return static_cast<unsigned>((rows * blocks * kLanes + quant::kThreads - 1) /
+                                     quant::kThreads);
+    }
 
     __device__ bool locate(std::int64_t thread, std::int64_t &block, std::int64_t &col) const {
         block = thread / kLanes;
@@ -110,13 +117,12 @@ __global__ void backward_kernel(Fp4BackwardArgs a, BlockLanes<B> lanes, bool vec
 }
 
 // One thread a payload byte: two codes, low nibble first.
-__global__ void unpack_nvfp4_kernel(UnpackNvfp4Args a, const float *tensor_amax,
-                                    std::int64_t bytes_a_row) {
+__global__ void unpack_nvfp4_kernel(UnpackNvfp4Args a, std::int64_t bytes_a_row) {
     const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= a.rows * bytes_a_row)
         return;
     const std::int64_t r = i / bytes_a_row, j = i - r * bytes_a_row, col = 2 * j;
-    const float ts = fp4::nv_tensor_scale_cuda(*tensor_amax);
+    const float ts = fp4::nv_tensor_scale_cuda(*a.tensor_amax);
     const float stored = a.block_scale[r * a.block_row_stride + (col / 16) * a.block_stride];
     const float eff = quant::clamp_min(__fmul_rn(stored, ts), fp4::kEps);
     const unsigned byte = a.payload[r * a.payload_row_stride + j];
@@ -131,58 +137,50 @@ __global__ void unpack_nvfp4_kernel(UnpackNvfp4Args a, const float *tensor_amax,
 
 }  // namespace
 
-cudaError_t fake_quant_fp4_cuda(const Fp4Args &a, float *amax_scratch, cudaStream_t stream) {
+cudaError_t fake_quant_fp4_cuda(const Fp4Args &a, cudaStream_t stream) {
     if (a.rows <= 0 || a.cols <= 0)
         return cudaSuccess;
     Scales scales{a.format, a.tensor_amax};
     if (a.format == Fp4Format::nv && !a.tensor_amax) {
         const std::int64_t n = a.rows * a.cols;
         tensor_amax_kernel<<<quant::blocks_for(n), quant::kThreads, 0, stream>>>(
-            a.x, n, reinterpret_cast<unsigned *>(amax_scratch));
-        scales.tensor_amax = amax_scratch;
+            a.x, n, reinterpret_cast<unsigned *>(a.amax_scratch));
+        scales.tensor_amax = a.amax_scratch;
     }
     const bool vector = a.cols % 4 == 0 && quant::aligned16(a.x) && quant::aligned16(a.out);
-    const auto run = [&](auto kernel, auto block) {
-        constexpr int kB = decltype(block)::value;
-        const BlockLanes<kB> lanes{a.rows, a.cols, (a.cols + kB - 1) / kB};
-        const std::int64_t grid =
-            (a.rows * lanes.blocks * BlockLanes<kB>::kLanes + quant::kThreads - 1) /
-            quant::kThreads;
-        kernel<<<static_cast<unsigned>(grid), quant::kThreads, 0, stream>>>(a, lanes, scales,
+    if (a.format == Fp4Format::mx) {
+        const BlockLanes<32> lanes(a.rows, a.cols);
+        fake_quant_fp4_kernel<<<lanes.grid(), quant::kThreads, 0, stream>>>(a, lanes, scales,
                                                                            vector);
-        return cudaGetLastError();
-    };
-    if (a.format == Fp4Format::mx)
-        return run(fake_quant_fp4_kernel<32>, std::integral_constant<int, 32>{});
-    return run(fake_quant_fp4_kernel<16>, std::integral_constant<int, 16>{});
+    } else {
+        const BlockLanes<16> lanes(a.rows, a.cols);
+        fake_quant_fp4_kernel<<<lanes.grid(), quant::kThreads, 0, stream>>>(a, lanes, scales,
+                                                                           vector);
+    }
+    return cudaGetLastError();
 }
 
 cudaError_t fake_quant_fp4_backward_cuda(const Fp4BackwardArgs &a, cudaStream_t stream) {
     if (a.rows <= 0 || a.cols <= 0)
         return cudaSuccess;
     const bool vector = a.cols % 4 == 0 && quant::aligned16(a.grad) && quant::aligned16(a.grad_x);
-    const auto run = [&](auto kernel, auto block) {
-        constexpr int kB = decltype(block)::value;
-        const BlockLanes<kB> lanes{a.rows, a.cols, (a.cols + kB - 1) / kB};
-        const std::int64_t grid =
-            (a.rows * lanes.blocks * BlockLanes<kB>::kLanes + quant::kThreads - 1) /
-            quant::kThreads;
-        kernel<<<static_cast<unsigned>(grid), quant::kThreads, 0, stream>>>(a, lanes, vector);
-        return cudaGetLastError();
-    };
-    if (a.block == 32)
-        return run(backward_kernel<32>, std::integral_constant<int, 32>{});
-    return run(backward_kernel<16>, std::integral_constant<int, 16>{});
+    if (a.block == 32) {
+        const BlockLanes<32> lanes(a.rows, a.cols);
+        backward_kernel<<<lanes.grid(), quant::kThreads, 0, stream>>>(a, lanes, vector);
+    } else {
+        const BlockLanes<16> lanes(a.rows, a.cols);
+        backward_kernel<<<lanes.grid(), quant::kThreads, 0, stream>>>(a, lanes, vector);
+    }
+    return cudaGetLastError();
 }
 
-cudaError_t unpack_nvfp4_cuda(const UnpackNvfp4Args &a, const float *tensor_amax,
-                              cudaStream_t stream) {
+cudaError_t unpack_nvfp4_cuda(const UnpackNvfp4Args &a, cudaStream_t stream) {
     if (a.rows <= 0 || a.width <= 0)
         return cudaSuccess;
     const std::int64_t bytes_a_row = (a.width + 1) / 2;
     const std::int64_t n = a.rows * bytes_a_row;
     unpack_nvfp4_kernel<<<static_cast<unsigned>((n + quant::kThreads - 1) / quant::kThreads),
-                          quant::kThreads, 0, stream>>>(a, tensor_amax, bytes_a_row);
+                          quant::kThreads, 0, stream>>>(a, bytes_a_row);
     return cudaGetLastError();
 }
 

@@ -16,7 +16,8 @@ inline std::int64_t fp4_block(Fp4Format f) { return f == Fp4Format::mx ? 32 : 16
 /// zero-padded) quantized to `out` (same layout): `fake_quant_e2m1(x / eff) * eff` with eff the
 /// block's effective scale, which is also written to `block_scales` (rows x ceil(cols / block))
 /// for the backward. NV reads `*tensor_amax`, or with a null `tensor_amax` takes max |x| over
-/// the whole tensor (NaN if any is NaN).
+/// the whole tensor (NaN if any is NaN); on CUDA it reduces that into `amax_scratch`, one float
+/// of device memory the caller zeroed.
 struct Fp4Args {
     const float *x;
     float *out;
@@ -25,6 +26,7 @@ struct Fp4Args {
     std::int64_t cols;
     Fp4Format format;
     const float *tensor_amax;
+    float *amax_scratch;
 };
 
 /// Autograd's gradient through `(e2m1 straight-through of x / eff) * eff`: `(grad * eff) / eff`,
@@ -42,7 +44,7 @@ struct Fp4BackwardArgs {
 /// apart), two E2M1 codes a byte, low nibble first (code = sign << 3 | level index). Code k of a
 /// row dequantizes to `level * sign * max(block_scale * ts, 1e-12)` with its 16-code block's
 /// float32 block_scale (at r * block_row_stride + b * block_stride; strides may be 0) and
-/// ts = max(tensor_amax / 2688, 1e-12). The first `width` values of each row go to the
+/// ts = max(*tensor_amax / 2688, 1e-12). The first `width` values of each row go to the
 /// contiguous rows x width `out`.
 struct UnpackNvfp4Args {
     const std::uint8_t *payload;
@@ -50,7 +52,7 @@ struct UnpackNvfp4Args {
     const float *block_scale;
     std::int64_t block_row_stride;
     std::int64_t block_stride;
-    float tensor_amax;
+    const float *tensor_amax;
     float *out;
     std::int64_t rows;
     std::int64_t width;

@@ -65,44 +65,45 @@ TPA_QUANT_CLONES void unpack_group(const std::uint8_t *payload, std::int64_t fir
         unpack_codes<2>(payload, first, n, s, out);
 }
 
+// Calls group(r, g, c0, n) for every group of `rows` rows of `cols` columns, across threads.
+template <class Group>
+void for_each_group(std::int64_t rows, std::int64_t cols, std::int64_t group_size,
+                    int max_threads, Group group) {
+    const std::int64_t groups = (cols + group_size - 1) / group_size;
+    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / group_size);
+    parallel_for(rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+            const std::int64_t r = i / groups, g = i - r * groups, c0 = g * group_size;
+            group(r, g, c0, std::min(group_size, cols - c0));
+        }
+    });
+}
+
 }  // namespace
 
 void fake_quant_int_grouped_cpu(const IntGroupedArgs &a, int max_threads) {
     if (a.rows <= 0 || a.cols <= 0)
         return;
     const Range q = range_of(a.bits);
-    const std::int64_t groups = (a.cols + a.group_size - 1) / a.group_size;
-    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / a.group_size);
-    parallel_for(a.rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-            const std::int64_t r = i / groups, g = i - r * groups;
-            const std::int64_t c0 = g * a.group_size;
-            const std::int64_t n = std::min(a.group_size, a.cols - c0);
-            const float *w = a.w + r * a.w_row_stride + c0;
-            const float s = a.scale ? quant::clamp_min(a.scale[r * a.scale_row_stride +
-                                                               g * a.scale_group_stride], kEps)
-                                    : quant::clamp_min(quant::abs_max(w, n) / q.qmax, kEps);
-            quantize_group(w, a.out + r * a.cols + c0, n, s, q);
-        }
-    });
+    for_each_group(a.rows, a.cols, a.group_size, max_threads,
+                   [&](std::int64_t r, std::int64_t g, std::int64_t c0, std::int64_t n) {
+                       const float *w = a.w + r * a.w_row_stride + c0;
+                       const float s =
+                           a.scale ? a.scale[r * a.scale_row_stride + g * a.scale_group_stride]
+                                   : quant::abs_max(w, n) / q.qmax;
+                       quantize_group(w, a.out + r * a.cols + c0, n, quant::clamp_min(s, kEps), q);
+                   });
 }
 
 void unpack_int_grouped_cpu(const UnpackIntGroupedArgs &a, int max_threads) {
     if (a.rows <= 0 || a.width <= 0)
         return;
-    const std::int64_t groups = (a.width + a.group_size - 1) / a.group_size;
-    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / a.group_size);
-    parallel_for(a.rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-            const std::int64_t r = i / groups, g = i - r * groups;
-            const std::int64_t c0 = g * a.group_size;
-            const float s = quant::clamp_min(
-                a.scale[r * a.scale_row_stride + g * a.scale_group_stride], kEps);
-            unpack_group(a.payload + r * a.payload_row_stride, c0,
-                         std::min(a.group_size, a.width - c0), s, a.bits,
-                         a.out + r * a.width + c0);
-        }
-    });
+    for_each_group(a.rows, a.width, a.group_size, max_threads,
+                   [&](std::int64_t r, std::int64_t g, std::int64_t c0, std::int64_t n) {
+                       const float s = a.scale[r * a.scale_row_stride + g * a.scale_group_stride];
+                       unpack_group(a.payload + r * a.payload_row_stride, c0, n,
+                                    quant::clamp_min(s, kEps), a.bits, a.out + r * a.width + c0);
+                   });
 }
 
 }  // namespace turbo_physai::kernels

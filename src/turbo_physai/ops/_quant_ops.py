@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 import torch
 
+from turbo_physai import _core
 from turbo_physai.kernels._torch import exporting
 from turbo_physai.ops._eager import dispatcher_needed
 
 _Tensor = torch.Tensor
 _FLOAT32 = torch.float32
 
-__all__ = ["define", "fast", "grad_needed", "native", "portable_only", "stream", "threads"]
+__all__ = ["call", "define", "fast", "grad_needed", "native", "portable_only"]
 
 
 def portable_only() -> bool:
@@ -57,12 +58,14 @@ def grad_needed(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def stream(t: torch.Tensor) -> int:
-    """The caller's current CUDA stream on t's device, for a kernel launch."""
-    return torch.cuda.current_stream(t.device).cuda_stream
-
-
-threads = torch.get_num_threads
+def call(name: str, on: torch.Tensor, *args):
+    """``_core.<name>_cuda(*args, stream)`` on the caller's current stream of a CUDA tensor
+    `on`, else ``_core.<name>_cpu(*args, threads)`` on torch's thread count: the two bindings of
+    a kernel take the same arguments before those."""
+    if on.is_cuda:
+        return getattr(_core, name + "_cuda")(*args, torch.cuda.current_stream(on.device)
+                                              .cuda_stream)
+    return getattr(_core, name + "_cpu")(*args, torch.get_num_threads())
 
 
 def define(name: str, schema: str, cpu: Callable, cuda: Callable | None, fake: Callable):

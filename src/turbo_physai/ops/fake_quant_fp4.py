@@ -19,7 +19,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import dispatcher_needed, profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, stream, threads
+from turbo_physai.ops._quant_ops import call, define, fast, grad_needed
 
 _FAKE_QUANT = "turbo_physai::fake_quant_fp4"
 _BACKWARD = "turbo_physai::fake_quant_fp4_backward"
@@ -35,14 +35,12 @@ def fake_quant(x, format, tensor_amax):
     x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
     out = torch.empty_like(x2)
     scales = _block_scales_like(x, format)
-    if x.is_cuda:
-        # one zeroed float the NV dynamic amax is reduced into
+    if x.is_cuda:  # one zeroed float the NV dynamic amax is reduced into
         scratch = x2.new_zeros(1) if tensor_amax is None else x2.new_empty(1)
-        _core.fake_quant_fp4_cuda(*capsules(x2, out, scales), format,
-                                  *capsules(tensor_amax, scratch), stream(x))
+        call("fake_quant_fp4", x, *capsules(x2, out, scales), format,
+             *capsules(tensor_amax, scratch))
     else:
-        _core.fake_quant_fp4_cpu(*capsules(x2, out, scales), format, *capsules(tensor_amax),
-                                 threads())
+        call("fake_quant_fp4", x, *capsules(x2, out, scales), format, *capsules(tensor_amax))
     return out.view(x.shape), scales
 
 
@@ -50,22 +48,13 @@ def backward(grad, block_scales, block):
     shape = grad.shape
     grad = grad.reshape(math.prod(shape[:-1]), shape[-1]).contiguous()
     grad_x = torch.empty_like(grad)
-    if grad.is_cuda:
-        _core.fake_quant_fp4_backward_cuda(*capsules(grad, block_scales, grad_x), block,
-                                           stream(grad))
-    else:
-        _core.fake_quant_fp4_backward_cpu(*capsules(grad, block_scales, grad_x), block,
-                                          threads())
+    call("fake_quant_fp4_backward", grad, *capsules(grad, block_scales, grad_x), block)
     return grad_x.view(shape)
 
 
 def unpack(payload, block_scale, tensor_amax, width):
     out = block_scale.new_empty((payload.shape[0], width))
-    if payload.is_cuda:
-        _core.unpack_nvfp4_cuda(*capsules(payload, block_scale, tensor_amax, out), stream(payload))
-    else:
-        _core.unpack_nvfp4_cpu(*capsules(payload, block_scale), float(tensor_amax),
-                               *capsules(out), threads())
+    call("unpack_nvfp4", payload, *capsules(payload, block_scale, tensor_amax, out))
     return out
 
 

@@ -28,7 +28,7 @@ from turbo_physai.kernels import reference
 from turbo_physai.ops import quant_reference
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, native, stream, threads
+from turbo_physai.ops._quant_ops import call, define, fast, grad_needed, native
 
 _NAME = "turbo_physai::fake_quant_fp8"
 
@@ -72,10 +72,7 @@ def kernel(x: torch.Tensor, scale: torch.Tensor, straight_through: bool = False)
     s = _row_scales(x, scale, shape, k, rows)
     x = (x if x.shape == shape else x.expand(shape)).contiguous()
     out = torch.empty(shape, dtype=torch.float32, device=x.device)
-    if x.is_cuda:
-        _core.fake_quant_fp8_cuda(*capsules(x, s, out), stream(x), straight_through, rows)
-    else:
-        _core.fake_quant_fp8_cpu(*capsules(x, s, out), straight_through, threads(), rows)
+    call("fake_quant_fp8", x, *capsules(x, s, out), straight_through, rows)
     return out
 
 

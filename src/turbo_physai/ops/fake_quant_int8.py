@@ -19,7 +19,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import dispatcher_needed, profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, stream, threads
+from turbo_physai.ops._quant_ops import call, define, fast, grad_needed
 
 _PER_CHANNEL = "turbo_physai::fake_quant_int8_per_channel"
 _DYNAMIC = "turbo_physai::fake_quant_int8_per_channel_dynamic"
@@ -32,55 +32,32 @@ _AFFINE_BACKWARD = "turbo_physai::fake_quant_int8_affine_backward"
 
 def per_channel(weight, ch_axis, scale):
     out = torch.empty_like(weight)
-    if weight.is_cuda:
-        _core.fake_quant_int8_per_channel_cuda(*capsules(weight, out, scale), ch_axis, False,
-                                               stream(weight))
-    else:
-        _core.fake_quant_int8_per_channel_cpu(*capsules(weight, out, scale), ch_axis, False,
-                                              threads())
+    call("fake_quant_int8_per_channel", weight, *capsules(weight, out, scale), ch_axis, False)
     return out
 
 
 def per_channel_dynamic(weight, ch_axis):
-    out = torch.empty_like(weight)
-    scale = weight.new_empty(weight.shape[ch_axis])
-    if weight.is_cuda:
-        _core.fake_quant_int8_per_channel_cuda(*capsules(weight, out, scale), ch_axis, True,
-                                               stream(weight))
-    else:
-        _core.fake_quant_int8_per_channel_cpu(*capsules(weight, out, scale), ch_axis, True,
-                                              threads())
+    out, scale = torch.empty_like(weight), weight.new_empty(weight.shape[ch_axis])
+    call("fake_quant_int8_per_channel", weight, *capsules(weight, out, scale), ch_axis, True)
     return out, scale
 
 
 def per_channel_backward(grad, weight, scale, ch_axis):
-    grad = grad.contiguous()
-    grad_x = torch.empty_like(weight)
-    if weight.is_cuda:
-        _core.fake_quant_int8_per_channel_backward_cuda(*capsules(grad, weight, scale, grad_x),
-                                                        ch_axis, stream(weight))
-    else:
-        _core.fake_quant_int8_per_channel_backward_cpu(*capsules(grad, weight, scale, grad_x),
-                                                       ch_axis, threads())
+    grad, grad_x = grad.contiguous(), torch.empty_like(weight)
+    call("fake_quant_int8_per_channel_backward", weight,
+         *capsules(grad, weight, scale, grad_x), ch_axis)
     return grad_x
 
 
 def affine(x, lo, hi):
     out = torch.empty_like(x)
-    if x.is_cuda:
-        _core.fake_quant_int8_affine_cuda(*capsules(x, out, lo, hi), stream(x))
-    else:
-        _core.fake_quant_int8_affine_cpu(*capsules(x, out, lo, hi), threads())
+    call("fake_quant_int8_affine", x, *capsules(x, out, lo, hi))
     return out
 
 
 def affine_backward(grad, x, lo, hi):
-    grad = grad.contiguous()
-    grad_x = torch.empty_like(x)
-    if x.is_cuda:
-        _core.fake_quant_int8_affine_backward_cuda(*capsules(grad, x, lo, hi, grad_x), stream(x))
-    else:
-        _core.fake_quant_int8_affine_backward_cpu(*capsules(grad, x, lo, hi, grad_x), threads())
+    grad, grad_x = grad.contiguous(), torch.empty_like(x)
+    call("fake_quant_int8_affine_backward", x, *capsules(grad, x, lo, hi, grad_x))
     return grad_x
 
 

@@ -15,7 +15,7 @@ import torch
 from turbo_physai import _core
 from turbo_physai.ops._dlpack import capsules
 from turbo_physai.ops._eager import profiled
-from turbo_physai.ops._quant_ops import define, fast, grad_needed, stream, threads
+from turbo_physai.ops._quant_ops import call, define, fast, grad_needed
 
 _FAKE_QUANT = "turbo_physai::fake_quant_int_grouped"
 _UNPACK = "turbo_physai::unpack_int_grouped"
@@ -23,23 +23,13 @@ _UNPACK = "turbo_physai::unpack_int_grouped"
 
 def fake_quant(weight, bits, group_size, scale):
     out = weight.new_empty(weight.shape)
-    if weight.is_cuda:
-        _core.fake_quant_int_grouped_cuda(*capsules(weight, out, scale), bits, group_size,
-                                          stream(weight))
-    else:
-        _core.fake_quant_int_grouped_cpu(*capsules(weight, out, scale), bits, group_size,
-                                         threads())
+    call("fake_quant_int_grouped", weight, *capsules(weight, out, scale), bits, group_size)
     return out
 
 
 def unpack(payload, scale, bits, group_size, width):
     out = scale.new_empty((payload.shape[0], width))
-    if payload.is_cuda:
-        _core.unpack_int_grouped_cuda(*capsules(payload, scale, out), bits, group_size,
-                                      stream(payload))
-    else:
-        _core.unpack_int_grouped_cpu(*capsules(payload, scale, out), bits, group_size,
-                                     threads())
+    call("unpack_int_grouped", payload, *capsules(payload, scale, out), bits, group_size)
     return out
 
 
