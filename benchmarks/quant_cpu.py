@@ -5,9 +5,11 @@
 Same run, same inputs, interleaved: each slot at the sizes a LibreYOLO QAT or finalized model
 calls it with, a forward without autograd and (for the simulate slots) a training step (forward
 + backward of the quantized tensor). Figures are the best of `--repeat` timings of a loop of
-calls (the least disturbed run), per call, both wall-clock and process CPU time (all threads):
-on a shared machine other processes stretch the wall-clock figures, not the CPU time, so the
-JSON records the load average too. Every row also checks that the outputs (and gradients) are
+calls (the least disturbed run), per call, both wall-clock and process CPU time (all threads,
+OpenMP's spin-waits included): on a shared machine other processes stretch the wall-clock
+figures, so the JSON records the load average too, and `--threads 1` gives CPU times that
+other processes hardly move (on a shared box, compare those; on a quiet one, pin two cores:
+`taskset -c 0,1 ... --threads 2`). Every row also checks that the outputs (and gradients) are
 bit-identical. Prints a table and writes benchmarks/results/quant_cpu.json.
 """
 
@@ -23,7 +25,7 @@ from quant_common import CASES, environment, mismatches, references, save, step
 from turbo_physai.ops import quant
 
 
-def per_call(fn, fn_args, repeat: int, budget_s: float = 0.25) -> tuple[float, float]:
+def per_call(fn, fn_args, repeat: int, budget_s: float = 0.1) -> tuple[float, float]:
     """Wall-clock and process CPU seconds per ``fn(*fn_args)``: the best of `repeat` loops of
     about `budget_s` each."""
     fn(*fn_args)  # warm up (allocator, first-call paths)
@@ -44,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--name", default="quant_cpu",
+                        help="results file: benchmarks/results/<name>.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     refs = references()
@@ -72,8 +76,8 @@ def main() -> None:
                   f" {r['speedup']:5.1f}x | {r['reference_cpu_ms']:8.2f} "
                   f"{r['turbo_physai_cpu_ms']:7.2f} {r['cpu_time_speedup']:5.1f}x | {diff}",
                   flush=True)
-    save("quant_cpu", rows, f"PYTHONPATH=src python benchmarks/quant_cpu.py --threads "
-         f"{args.threads} --repeat {args.repeat}",
+    save(args.name, rows, f"PYTHONPATH=src python benchmarks/quant_cpu.py --threads "
+         f"{args.threads} --repeat {args.repeat} --name {args.name}",
          {**environment("cpu"), "load_average_1m_start": load[0],
           "load_average_1m_end": os.getloadavg()[0]})
 

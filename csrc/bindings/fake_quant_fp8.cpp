@@ -114,8 +114,8 @@ void bind_fake_quant_fp8(nb::module_ &m) {
           "contiguous x.");
 #ifdef TPA_WITH_CUDA
     m.def("fake_quant_fp8_cuda", &run_cuda, nb::arg("x").noconvert(),
-          nb::arg("scale").noconvert(), nb::arg("out").noconvert(),
-          nb::arg("straight_through") = false, nb::arg("rows") = -1, nb::arg("stream") = 0,
+          nb::arg("scale").noconvert(), nb::arg("out").noconvert(), nb::arg("straight_through"),
+          nb::arg("rows"), nb::arg("stream"),
           "As fake_quant_fp8_cpu on CUDA memory, enqueued on `stream`.");
     m.attr("cuda_kernels") = true;
 #else

@@ -174,6 +174,16 @@ def test_unpacks(in_features):
                        packing.unpack_nvfp4_weight(payload, block_scale, amax, in_features))
 
 
+def test_affine_bounds_on_another_device_are_refused():
+    # torch's CUDA kernel reads the qparams tensors through device pointers: CPU bounds would be
+    # read from a host address (an illegal access that poisons the CUDA context).
+    x = torch.randn(8, device="cuda")
+    with pytest.raises(ValueError, match="lo and hi must be on x's device"):
+        quant.fake_quant_int8_affine(x, torch.tensor([-1.0]), torch.tensor([1.0]))
+    assert_bitwise(quant.fake_quant_int8_affine(x, torch.tensor([-1.0]), torch.tensor([1.0]), True),
+                   lib.fake_quant_int8_affine(x, torch.tensor([-1.0]), torch.tensor([1.0]), True))
+
+
 def test_kernels_run_on_the_current_stream_and_in_graphs():
     gen = torch.Generator().manual_seed(5)
     w = torch.randn(64, 256, generator=gen).cuda()

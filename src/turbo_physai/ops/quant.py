@@ -109,6 +109,11 @@ def fake_quant_int8_affine(x: _Tensor, lo: _Tensor, hi: _Tensor, scalars: bool =
     LibreYOLO derives from a calibrated [lo, hi] (widened to contain 0). ``scalars=True`` (its
     ONNX export mode) refuses a zero point outside the range, which a NaN bound gives."""
     if portable_only() or not (_gpu_or_cpu(x, lo, hi) and lo.numel() == 1 and hi.numel() == 1):
+        if (not scalars and isinstance(x, _Tensor) and x.is_cuda
+                and any(isinstance(t, _Tensor) and t.device != x.device for t in (lo, hi))):
+            # torch's CUDA kernel would dereference the scale and zero point where they are
+            raise ValueError(f"fake_quant_int8_affine: lo and hi must be on x's device "
+                             f"({x.device}), got {lo.device} and {hi.device}")
         return _reference.fake_quant_int8_affine(x, lo, hi, scalars)
     if scalars:
         lo, hi = lo.detach(), hi.detach()  # the reference reads them as python numbers
