@@ -17,12 +17,10 @@
 namespace turbo_physai::bindings {
 namespace {
 
+using namespace quant;  // CpuIn, CudaOut, ... (quant_arrays.h)
+
 constexpr const char *kFakeQuant = "fake_quant_fp4";
 constexpr const char *kUnpack = "unpack_nvfp4";
-
-using CpuIn = nb::ndarray<const float, nb::device::cpu>;
-using CpuOut = nb::ndarray<float, nb::device::cpu>;
-using CpuPayload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
 
 kernels::Fp4Format format_of(const std::string &name) {
     if (name == "mx")
@@ -139,9 +137,6 @@ void unpack_cpu(const CpuPayload &payload, const CpuIn &block_scale, const CpuIn
 }
 
 #ifdef TPA_WITH_CUDA
-using CudaIn = nb::ndarray<const float, nb::device::cuda>;
-using CudaOut = nb::ndarray<float, nb::device::cuda>;
-using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
 
 // `scratch`: one zeroed float for NV's dynamic amax (ignored otherwise).
 void fake_quant_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &block_scales,

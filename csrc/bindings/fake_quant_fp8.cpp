@@ -14,6 +14,8 @@
 namespace turbo_physai::bindings {
 namespace {
 
+using namespace quant;  // CpuIn, CudaOut, ... (quant_arrays.h)
+
 using kernels::FakeQuantFp8Args;
 constexpr const char *kOp = "fake_quant_fp8";
 
@@ -76,9 +78,6 @@ FakeQuantFp8Args describe(const In &x, const In &scale, const Out &out, std::int
     return a;
 }
 
-using CpuIn = nb::ndarray<const float, nb::device::cpu>;
-using CpuOut = nb::ndarray<float, nb::device::cpu>;
-
 void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straight_through,
              std::int64_t rows, int max_threads) {
     const FakeQuantFp8Args args = describe(x, scale, out, rows, straight_through);
@@ -87,8 +86,6 @@ void run_cpu(const CpuIn &x, const CpuIn &scale, const CpuOut &out, bool straigh
 }
 
 #ifdef TPA_WITH_CUDA
-using CudaIn = nb::ndarray<const float, nb::device::cuda>;
-using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
 void run_cuda(const CudaIn &x, const CudaIn &scale, const CudaOut &out, bool straight_through,
               std::int64_t rows, std::uintptr_t stream) {

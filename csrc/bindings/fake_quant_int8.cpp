@@ -14,6 +14,8 @@
 namespace turbo_physai::bindings {
 namespace {
 
+using namespace quant;  // CpuIn, CudaOut, ... (quant_arrays.h)
+
 constexpr const char *kPerChannel = "fake_quant_int8_per_channel";
 constexpr const char *kAffine = "fake_quant_int8_affine";
 
@@ -90,9 +92,6 @@ kernels::Int8AffineBackwardArgs affine_backward_args(const G &grad, const X &x, 
     return {grad.data(), x.data(), grad_x.data(), quant::numel(x), lo.data(), hi.data()};
 }
 
-using CpuIn = nb::ndarray<const float, nb::device::cpu>;
-using CpuOut = nb::ndarray<float, nb::device::cpu>;
-
 void per_channel_cpu(const CpuIn &x, const CpuOut &out, const CpuOut &scale, int axis,
                      bool dynamic, int max_threads) {
     const auto args = per_channel_args(x, out, scale, axis, dynamic);
@@ -122,8 +121,6 @@ void affine_backward_cpu(const CpuIn &grad, const CpuIn &x, const CpuIn &lo, con
 }
 
 #ifdef TPA_WITH_CUDA
-using CudaIn = nb::ndarray<const float, nb::device::cuda>;
-using CudaOut = nb::ndarray<float, nb::device::cuda>;
 
 void per_channel_cuda(const CudaIn &x, const CudaOut &out, const CudaOut &scale, int axis,
                       bool dynamic, std::uintptr_t stream) {

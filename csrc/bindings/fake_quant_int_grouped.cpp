@@ -16,12 +16,10 @@
 namespace turbo_physai::bindings {
 namespace {
 
+using namespace quant;  // CpuIn, CudaOut, ... (quant_arrays.h)
+
 constexpr const char *kFakeQuant = "fake_quant_int_grouped";
 constexpr const char *kUnpack = "unpack_int_grouped";
-
-using CpuIn = nb::ndarray<const float, nb::device::cpu>;
-using CpuOut = nb::ndarray<float, nb::device::cpu>;
-using CpuPayload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
 
 std::int64_t groups_of(std::int64_t cols, std::int64_t group_size) {
     return (cols + group_size - 1) / group_size;
@@ -116,9 +114,6 @@ void unpack_cpu(const CpuPayload &payload, const CpuIn &scale, const CpuOut &out
 }
 
 #ifdef TPA_WITH_CUDA
-using CudaIn = nb::ndarray<const float, nb::device::cuda>;
-using CudaOut = nb::ndarray<float, nb::device::cuda>;
-using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
 
 void fake_quant_cuda(const CudaIn &w, const CudaOut &out, std::optional<CudaIn> scale, int bits,
                      std::int64_t group_size, std::uintptr_t stream) {

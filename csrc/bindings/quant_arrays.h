@@ -19,6 +19,16 @@
 
 namespace turbo_physai::bindings::quant {
 
+/// The arrays the quantization bindings take: float32 in and out, uint8 payloads.
+using CpuIn = nb::ndarray<const float, nb::device::cpu>;
+using CpuOut = nb::ndarray<float, nb::device::cpu>;
+using CpuPayload = nb::ndarray<const std::uint8_t, nb::device::cpu>;
+#ifdef TPA_WITH_CUDA
+using CudaIn = nb::ndarray<const float, nb::device::cuda>;
+using CudaOut = nb::ndarray<float, nb::device::cuda>;
+using CudaPayload = nb::ndarray<const std::uint8_t, nb::device::cuda>;
+#endif
+
 template <class Array>
 std::string shape_of(const Array &a) {
     std::string s = "(";
