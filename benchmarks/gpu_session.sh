@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: build with CUDA for sm_90a, the GPU tests on the image's own
+# packages and again on carried transformers wheels, then the benchmarks. Device time is scarce
+# (benchmarks/README: one script per call), so everything goes into one run.
+#
+#   TESTS="tests/ops tests/kernels tests/catalogs" \
+#   BENCH="python3 benchmarks/quant_cuda.py; python3 benchmarks/e2e_ultralytics.py" \
+#   bash benchmarks/gpu_session.sh
+#
+# Wheels in .whl/ (py3.12; see docs/performance-notes.md) are installed with --no-deps into
+# /tmp/site; a transformers wheel among them goes to its own folder and is used only for the
+# second test pass (TESTS_CARRIED, default tests/catalogs). Logs and every result file the run
+# writes come back as $OUT/gpu_session.tar.gz; the summary is printed last.
+set -uo pipefail
+OUT=${OUT:-$PWD/build/gpu-out}
+mkdir -p "$OUT" build
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
+logs=build/gpu-logs
+mkdir -p "$logs"
+touch build/gpu-session.start
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+pip_target() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$@"
+}
+site=/tmp/site carried=/tmp/carried-transformers
+mapfile -t wheels < <(ls .whl/*.whl 2>/dev/null | grep -v '/transformers-')
+[ ${#wheels[@]} -gt 0 ] && pip_target "$site" "${wheels[@]}"
+carried_tf=$(ls .whl/transformers-*.whl 2>/dev/null | head -1)
+[ -n "$carried_tf" ] && pip_target "$carried" "$carried_tf"
+export PYTHONPATH=$PWD/src:$site
+
+if ! { cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPA_WITH_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90a -DPython_EXECUTABLE="$(command -v python3)" &&
+       cmake --build build/gpu; } >"$logs/build.log" 2>&1; then
+    tail -40 "$logs/build.log"
+    note "build FAILED"
+fi
+python3 - <<'EOF' 2>&1 | tee "$logs/env.txt"
+import torch, transformers, turbo_physai._core as core
+print("torch", torch.__version__, "transformers", transformers.__version__,
+      torch.cuda.get_device_name(), "core has CUDA:", hasattr(core, "fake_quant_fp8_cuda"))
+EOF
+
+run_tests() {  # name, extra PYTHONPATH, paths...
+    local name=$1 extra=$2
+    shift 2
+    PYTHONPATH=$extra$PYTHONPATH python3 -m pytest "$@" -q -p no:cacheprovider -rfE \
+        --junitxml="$logs/pytest-$name.xml" >"$logs/pytest-$name.log" 2>&1
+    note "pytest $name ($*): $(tail -1 "$logs/pytest-$name.log")"
+    grep -E '^(FAILED|ERROR) ' "$logs/pytest-$name.log" | head -20
+}
+# shellcheck disable=SC2086
+[ -n "${TESTS-tests/ops tests/kernels tests/catalogs}" ] &&
+    run_tests image "" ${TESTS-tests/ops tests/kernels tests/catalogs}
+# shellcheck disable=SC2086
+[ -n "$carried_tf" ] && [ -n "${TESTS_CARRIED-tests/catalogs}" ] &&
+    run_tests carried "$carried:" ${TESTS_CARRIED-tests/catalogs}
+
+if [ -n "${BENCH:-}" ]; then
+    IFS=';' read -ra benches <<<"$BENCH"
+    for i in "${!benches[@]}"; do
+        cmd=${benches[$i]}
+        timeout "${BENCH_TIMEOUT:-300}" bash -c "$cmd" >"$logs/bench-$i.log" 2>&1
+        note "bench [$cmd] rc=$?"
+        tail -25 "$logs/bench-$i.log"
+    done
+fi
+
+find benchmarks/results -newer build/gpu-session.start -type f >"$logs/results.txt"
+tar czf "$OUT/gpu_session.tar.gz" "$logs" $(cat "$logs/results.txt")
+printf '%s\n' "${summary[@]}"
