@@ -27,7 +27,10 @@ def slot_name(request):
 def run_python(code: str, env: dict[str, str] | None = None, path: list[str] | None = None):
     """Run ``code`` in a fresh interpreter with the package importable; no network (HF offline)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TURBO_PHYSAI_")}
-    full_env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(PACKAGE_ROOT)])
+    # The caller's entries stay after ours: a package the tests import may live on PYTHONPATH
+    # (wheels unpacked into a folder on a machine without an installed environment).
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    full_env["PYTHONPATH"] = os.pathsep.join([*(path or []), str(PACKAGE_ROOT), *inherited])
     full_env["HF_HUB_OFFLINE"] = "1"
     full_env.update(env or {})
     result = subprocess.run(

@@ -3,9 +3,9 @@
 // LibreYOLO's int8 slots call torch.fake_quantize_per_channel_affine (zero point 0) and
 // torch.fake_quantize_per_tensor_affine (tensor qparams from a calibrated [lo, hi]) with the
 // range [-128, 127]. torch's CPU and CUDA kernels for them differ where the code is not finite
-// (a NaN input, an infinite scale), in how `amax / 127` is divided, and in one fused
-// multiply-add, so each device has its own element here; the tests compare each with torch on
-// that device, bit for bit.
+// (a NaN input, an infinite scale), in the sign of a zero code and in how `amax / 127` is
+// divided, so each device has its own element here; the tests compare each with torch on that
+// device, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +48,19 @@ inline Code per_channel_code_cpu(float x, float inv) {
 inline float per_channel_scale_cpu(float amax) { return quant::clamp_min(amax / 127.0f, kEps); }
 
 #if defined(__CUDACC__)
-/// CUDA: `nearbyint(x * inv + 0)`, which nvcc fuses into one multiply-add, kept as a float (NaN
-/// -> -128 through std::max, +-Inf clamps).
+/// `static_cast<int64_t>(r)` of an integral float r on the GPU (cvt.rzi.s64.f32: NaN ->
+/// INT64_MIN, +-Inf saturate, as torch 2.11's CUDA kernels were seen to give on an H200),
+/// clamped to [-128, 127] in integers and converted back: a zero code is +0 whatever r's sign.
+__device__ inline Code device_int64_code(float r) {
+    const long long q = static_cast<long long>(r);
+    const long long bounded = q < -128 ? -128 : (q > 127 ? 127 : q);
+    return {static_cast<float>(bounded), q >= -128 && q <= 127};
+}
+
+/// CUDA, torch's _fake_quant_per_channel_cachemask_cuda_helper (int32 zero point):
+/// `int64(nearbyint(x * inv)) + 0` clamped; the caller multiplies the code by s.
 __device__ inline Code per_channel_code_cuda(float x, float inv) {
-    const float r = rintf(__fmaf_rn(x, inv, 0.0f));
-    return {quant::is_nan(r) ? kMin : quant::clamp(r, kMin, kMax), r >= kMin && r <= kMax};
+    return device_int64_code(rintf(__fmul_rn(x, inv)));
 }
 
 /// torch divides by a CPU scalar on CUDA as a multiplication by its reciprocal.
@@ -118,14 +126,14 @@ TPA_HOST_DEVICE inline AffineParams affine_params_cuda(float lo, float hi) {
 }
 
 #if defined(__CUDACC__)
-/// CUDA element: `int64(nearbyint(x * inv) + zp)` saturating with NaN -> 0, clamped with
-/// fminf/fmaxf, then `(q - zp) * scale` in float.
+/// CUDA element, torch's fake_quantize_tensor_cachemask_tensor_qparams_kernel_cuda (and the
+/// float-qparams fake_quantize_tensor_cachemask_kernel_cuda, the same steps):
+/// `int64(nearbyint(x * inv) + zp)` with the float sum, clamped with fminf/fmaxf (exact on
+/// these integers, so the integer clamp is the same), then `(q - zp) * scale` in float.
 __device__ inline AffineValue affine_value_cuda(float x, const AffineParams &p, float inv) {
     const float zp = static_cast<float>(p.zero_point);
-    const float qf = __fadd_rn(rintf(__fmul_rn(x, inv)), zp);
-    const bool nan = quant::is_nan(qf);
-    const float q = nan ? 0.0f : fminf(kMax, fmaxf(kMin, qf));
-    return {__fmul_rn(__fsub_rn(q, zp), p.scale), nan || (qf >= kMin && qf <= kMax)};
+    const Code q = device_int64_code(__fadd_rn(rintf(__fmul_rn(x, inv)), zp));
+    return {__fmul_rn(__fsub_rn(q.value, zp), p.scale), q.inside};
 }
 #endif
 
