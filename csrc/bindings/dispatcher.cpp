@@ -24,22 +24,32 @@ struct Dispatcher {
     PyObject *condition_name;  // str used in error messages
     PyObject *dict;
     PyObject *weakrefs;
+    const Switch *transition;  // the condition when it is a group's Switch (a gate), else null
     std::atomic<std::uint64_t> hits[2];  // [0]: original, [1]: replacement
 };
 
-PyObject *dispatch(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    auto *d = reinterpret_cast<Dispatcher *>(self);
+// 1: replacement, 0: original, -1: the condition raised or did not return a bool.
+int ask_condition(Dispatcher *d, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyObject *verdict = PyObject_Vectorcall(d->condition, args, nargsf, kwnames);
     if (!verdict)
-        return nullptr;  // the condition's exception propagates: never a silent fallback
+        return -1;  // the condition's exception propagates: never a silent fallback
     if (!PyBool_Check(verdict)) {
         PyErr_Format(PyExc_TypeError, "runtime_condition %R returned %s, expected bool",
                      d->condition_name, Py_TYPE(verdict)->tp_name);
         Py_DECREF(verdict);
-        return nullptr;
+        return -1;
     }
     const int branch = verdict == Py_True ? 1 : 0;
     Py_DECREF(verdict);
+    return branch;
+}
+
+PyObject *dispatch(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    auto *d = reinterpret_cast<Dispatcher *>(self);
+    const int branch = d->transition ? switch_routes_new(*d->transition)
+                                     : ask_condition(d, args, nargsf, kwnames);
+    if (branch < 0)
+        return nullptr;
     d->hits[branch].fetch_add(1, std::memory_order_relaxed);
     return PyObject_Vectorcall(branch ? d->replacement : d->original, args, nargsf, kwnames);
 }
@@ -54,8 +64,9 @@ PyObject *dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         return nullptr;
     const char *roles[] = {"original", "replacement", "condition"};
     PyObject *given[] = {original, replacement, condition};
+    const Switch *transition = as_switch(condition);  // a Switch is asked natively, not called
     for (int i = 0; i < 3; ++i)
-        if (!PyCallable_Check(given[i]))
+        if (!PyCallable_Check(given[i]) && !(i == 2 && transition))
             return PyErr_Format(PyExc_TypeError, "Dispatcher %s must be callable, got %s",
                                 roles[i], Py_TYPE(given[i])->tp_name);
 
@@ -65,6 +76,7 @@ PyObject *dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     new (&d->hits[0]) std::atomic<std::uint64_t>(0);
     new (&d->hits[1]) std::atomic<std::uint64_t>(0);
     d->vectorcall = dispatch;
+    d->transition = transition;
     d->original = Py_NewRef(original);
     d->replacement = Py_NewRef(replacement);
     d->condition = Py_NewRef(condition);
@@ -205,7 +217,8 @@ PyType_Slot dispatcher_slots[] = {
     {Py_tp_doc, const_cast<char *>(
                     "Dispatcher(original, replacement, condition, condition_name=None)\n\n"
                     "Calls replacement when condition(*args, **kwargs) is True, original when it\n"
-                    "is False; any other result raises TypeError. Binds like a function.")},
+                    "is False; any other result raises TypeError. Binds like a function.\n"
+                    "A Switch as condition makes it a group's gate during a transition.")},
     {0, nullptr}};
 
 PyType_Spec dispatcher_spec = {

@@ -53,6 +53,23 @@ private:
 
 using PyJournal = Journal<PyStore>;
 
+/// Keeps the cyclic GC from running for a scope: a collection can run finalizers, Python code
+/// at which the interpreter may hand the GIL to another thread in the middle of a batch of
+/// writes that other threads must see all at once.
+class GcPause {
+public:
+    GcPause() : was_enabled_(PyGC_Disable()) {}
+    ~GcPause() {
+        if (was_enabled_)
+            PyGC_Enable();
+    }
+    GcPause(const GcPause &) = delete;
+    GcPause &operator=(const GcPause &) = delete;
+
+private:
+    int was_enabled_;
+};
+
 nb::dict report_to_dict(const RestoreReport &r) {
     nb::dict out;
     out["restored"] = r.restored;
@@ -71,10 +88,48 @@ void bind_journal(nb::module_ &m) {
              nb::arg("label"), nb::arg("group"),
              "Record the raw current value of owner.__dict__[name] (or dict item); return the entry.")
         .def("install", &PyJournal::install, nb::arg("entry"), nb::arg("value"))
-        .def("restore_group",
-             [](PyJournal &j, const std::string &group) { return report_to_dict(j.restore_group(group)); },
-             nb::arg("group"))
-        .def("restore_all", [](PyJournal &j) { return report_to_dict(j.restore_all()); })
+        .def(
+            "install_many",
+            [](PyJournal &j, const std::vector<std::size_t> &entries,
+               const std::vector<nb::object> &values) {
+                if (entries.size() != values.size())
+                    throw nb::value_error("install_many: as many values as entries are needed");
+                GcPause pause;
+                for (std::size_t i = 0; i < entries.size(); ++i)
+                    j.install(entries[i], values[i]);
+            },
+            nb::arg("entries"), nb::arg("values"),
+            "Install each value at its entry in one native step: no Python code runs between the "
+            "writes (unless an owner's __setattr__ is Python code), so other threads see all of "
+            "them or none. On an error, the writes made so far stay recorded for restore.")
+        .def(
+            "peek",
+            [](const PyJournal &j, std::size_t entry) {
+                if (entry >= j.entries().size())
+                    throw nb::index_error(("no journal entry " + std::to_string(entry)).c_str());
+                const auto &e = j.entries()[entry];
+                nb::dict out;
+                if (e.original)
+                    out["original"] = *e.original;
+                if (e.installed)
+                    out["installed"] = *e.installed;
+                if (auto current = j.store().read(e.owner, e.name))
+                    out["current"] = *current;
+                return out;
+            },
+            nb::arg("entry"),
+            "The raw values of an entry: 'original', 'installed', 'current' (absent: none).")
+        .def(
+            "restore_group",
+            [](PyJournal &j, const std::string &group) {
+                GcPause pause;
+                return report_to_dict(j.restore_group(group));
+            },
+            nb::arg("group"))
+        .def("restore_all", [](PyJournal &j) {
+            GcPause pause;  // one native pass: other threads see every group restored at once
+            return report_to_dict(j.restore_all());
+        })
         .def("compact", &PyJournal::compact)
         .def_prop_ro("active", &PyJournal::active)
         .def("entries", [](const PyJournal &j) {

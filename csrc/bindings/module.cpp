@@ -6,6 +6,7 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_planner(m);
     turbo_physai::bindings::bind_journal(m);
     turbo_physai::bindings::bind_dispatcher(m);
+    turbo_physai::bindings::bind_switch(m);
     turbo_physai::bindings::bind_kernel_registry(m);
     turbo_physai::bindings::bind_fake_quant_fp8(m);
     turbo_physai::bindings::bind_fake_quant_int8(m);

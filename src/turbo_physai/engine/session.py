@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _core
 from ..config import GroupSelection, OptimizationConfig, load_config
-from . import mechanisms
+from . import mechanisms, switching
 from .catalog import planner_node, registry
 from .context import CompatibilityContext, CompatibilityResult, TargetInfo
 from .declarations import Group
@@ -165,7 +165,7 @@ def rollback() -> dict[str, Any]:
     with _lock:
         if _active is None:
             return {"restored": [], "drifted": [], "failed": []}
-        outcome = _active.journal.restore_all()
+        outcome = switching.restore_all(_active.journal)
         _active.report.rollback = outcome
         _active = None
     if outcome["drifted"] or outcome["failed"]:
@@ -314,12 +314,13 @@ def _would_write(p) -> list[str]:
 
 def _install(mode, group, prepared, gr, journal) -> None:
     t0 = time.perf_counter()
-    tx = mechanisms.Transaction(journal, group.id, gr)
+    tx = switching.Transaction(journal, group.id, gr)
     try:
         for p in prepared:
             p.snapshot(tx)
         for p in prepared:
             p.install(tx)
+        tx.commit()  # other threads see the whole group at once
     except Exception as err:
         gr.restore = journal.restore_group(group.id)
         gr.error = f"{type(err).__name__}: {err}"
