@@ -151,4 +151,3 @@ def _codes(obj: Any) -> list[types.CodeType]:
     if isinstance(obj, types.FunctionType):
         return [obj.__code__]
     return []
-
