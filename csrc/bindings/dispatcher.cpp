@@ -28,30 +28,36 @@ struct Dispatcher {
     std::atomic<std::uint64_t> hits[2];  // [0]: original, [1]: replacement
 };
 
-// 1: replacement, 0: original, -1: the condition raised or did not return a bool.
-int ask_condition(Dispatcher *d, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    PyObject *verdict = PyObject_Vectorcall(d->condition, args, nargsf, kwnames);
-    if (!verdict)
-        return -1;  // the condition's exception propagates: never a silent fallback
-    if (!PyBool_Check(verdict)) {
-        PyErr_Format(PyExc_TypeError, "runtime_condition %R returned %s, expected bool",
-                     d->condition_name, Py_TYPE(verdict)->tp_name);
-        Py_DECREF(verdict);
-        return -1;
-    }
-    const int branch = verdict == Py_True ? 1 : 0;
-    Py_DECREF(verdict);
-    return branch;
+inline PyObject *forward(Dispatcher *d, int branch, PyObject *const *args, size_t nargsf,
+                         PyObject *kwnames) {
+    d->hits[branch].fetch_add(1, std::memory_order_relaxed);
+    return PyObject_Vectorcall(branch ? d->replacement : d->original, args, nargsf, kwnames);
 }
 
 PyObject *dispatch(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     auto *d = reinterpret_cast<Dispatcher *>(self);
-    const int branch = d->transition ? switch_routes_new(*d->transition)
-                                     : ask_condition(d, args, nargsf, kwnames);
+    PyObject *verdict = PyObject_Vectorcall(d->condition, args, nargsf, kwnames);
+    if (!verdict)
+        return nullptr;  // the condition's exception propagates: never a silent fallback
+    if (!PyBool_Check(verdict)) {
+        PyErr_Format(PyExc_TypeError, "runtime_condition %R returned %s, expected bool",
+                     d->condition_name, Py_TYPE(verdict)->tp_name);
+        Py_DECREF(verdict);
+        return nullptr;
+    }
+    const int branch = verdict == Py_True ? 1 : 0;
+    Py_DECREF(verdict);
+    return forward(d, branch, args, nargsf, kwnames);
+}
+
+// A group's gate during a transition (its condition is a Switch): its own vectorcall, so that a
+// runtime_condition Dispatcher's call path is exactly what it was.
+PyObject *gate_dispatch(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    auto *d = reinterpret_cast<Dispatcher *>(self);
+    const int branch = switch_routes_new(*d->transition);
     if (branch < 0)
         return nullptr;
-    d->hits[branch].fetch_add(1, std::memory_order_relaxed);
-    return PyObject_Vectorcall(branch ? d->replacement : d->original, args, nargsf, kwnames);
+    return forward(d, branch, args, nargsf, kwnames);
 }
 
 PyObject *dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -75,7 +81,7 @@ PyObject *dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         return nullptr;
     new (&d->hits[0]) std::atomic<std::uint64_t>(0);
     new (&d->hits[1]) std::atomic<std::uint64_t>(0);
-    d->vectorcall = dispatch;
+    d->vectorcall = transition ? gate_dispatch : dispatch;
     d->transition = transition;
     d->original = Py_NewRef(original);
     d->replacement = Py_NewRef(replacement);
