@@ -117,6 +117,7 @@ def test_groups_switch_whole_under_threads(modules):
         sys.setswitchinterval(interval)
     assert not errors, errors
     reads, calls, half_reads, half_calls = map(sum, zip(*tally, strict=True))
+    print(f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls half")
     assert cycles >= MIN_CYCLES and reads > cycles  # the workers really ran during the cycles
     assert (half_reads, half_calls) == (0, 0), (
         f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls"
