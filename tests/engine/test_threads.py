@@ -200,6 +200,16 @@ def test_gates_route_by_the_calling_frames(modules):
         assert opt.first(model) == ("new", "new")
         assert model.second() == "new"  # a fresh call: the target
         assert gate.counts == {"replacement": 2, "original": 1}
+
+        # A new wrapper calling the original it wraps: the outermost group frame (the wrapper)
+        # decides, so the original's lookups inside it are new-side ones.
+        def wrapper(model):
+            return lib.first(model)
+
+        wrapping = _core.Switch([lib.first.__code__], [wrapper.__code__], False, "w (rollback)")
+        lib.Model.second = _core.Dispatcher(gate.original, opt.second, wrapping)
+        assert wrapper(model) == ("old", "new")
+        assert lib.first(model) == ("old", "old")
     finally:
         lib.Model.second = gate.original
 
