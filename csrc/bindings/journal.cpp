@@ -109,6 +109,7 @@ void bind_journal(nb::module_ &m) {
                     throw nb::index_error(("no journal entry " + std::to_string(entry)).c_str());
                 const auto &e = j.entries()[entry];
                 nb::dict out;
+                out["owner"] = e.owner;
                 if (e.original)
                     out["original"] = *e.original;
                 if (e.installed)
@@ -118,7 +119,8 @@ void bind_journal(nb::module_ &m) {
                 return out;
             },
             nb::arg("entry"),
-            "The raw values of an entry: 'original', 'installed', 'current' (absent: none).")
+            "An entry's 'owner' and raw values: 'original', 'installed', 'current' (absent: "
+            "none).")
         .def(
             "restore_group",
             [](PyJournal &j, const std::string &group) {

@@ -250,3 +250,13 @@ def test_a_write_refused_at_settle_restores_the_group(modules):
     assert gr.status == "rolled_back" and "no direct objects here" in gr.error
     assert vars(lib.Strict)["second"] is original
     assert vars(lib)["first"] is not opt.first and lib.first(lib.Model()) == ("old", "old")
+
+
+def test_a_location_written_twice_gets_one_gate_and_rolls_back_exactly(modules):
+    lib, opt = modules
+    original = lib.first
+    tpa.apply(groups=[_two_patch_group()])
+    assert tpa.record_write("threads.two", lib, "first", opt.first)  # same object, same place
+    outcome = tpa.rollback()
+    assert not outcome["drifted"] and not outcome["failed"], outcome
+    assert vars(lib)["first"] is original

@@ -66,10 +66,17 @@ class Transaction(mechanisms.Transaction):
 def restore_all(journal: Any) -> dict[str, Any]:
     """journal.restore_all(), behind gates: every group disappears at once."""
     groups: dict[str, tuple[list[int], list[tuple[Any, Any]]]] = {}
-    for entry, info in enumerate(journal.entries()):
+    seen: set[tuple[int, str]] = set()
+    infos = journal.entries()
+    for entry in reversed(range(len(infos))):
+        info = infos[entry]
         if not (info["open"] and info["installed"]):
             continue
         values = journal.peek(entry)
+        location = (id(values["owner"]), info["name"])
+        if location in seen:
+            continue  # a location written twice: only its newest entry holds what is there
+        seen.add(location)
         if values.get("current", _ABSENT) is not values["installed"]:
             continue  # drifted: a third party's object stays, restore_all reports it
         entries, pairs = groups.setdefault(info["group"], ([], []))
