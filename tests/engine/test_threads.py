@@ -76,19 +76,20 @@ def _hammer(lib, opt, stop, tally, errors):
     old = (lib.first, lib.Model.second)
     new = (opt.first, opt.second)
     model = lib.Model()
-    reads = calls = half_reads = half_calls = 0
+    reads = calls = half_reads = half_calls = gate_reads = 0
     try:
         while not stop.is_set():
             snapshot = list(map(getattr, owners, names))  # one C call: an atomic read
             sides = {_side(o, a, b) for o, a, b in zip(snapshot, old, new, strict=True)}
             half_reads += len(sides) > 1
+            gate_reads += sides == {"gate"}
             first_side, second_side = lib.first(model)
             half_calls += first_side != second_side
             reads += 1
             calls += 1
     except BaseException as err:  # reported by the main thread
         errors.append(err)
-    tally.append((reads, calls, half_reads, half_calls))
+    tally.append((reads, calls, half_reads, half_calls, gate_reads))
 
 
 def test_groups_switch_whole_under_threads(modules):
@@ -116,8 +117,11 @@ def test_groups_switch_whole_under_threads(modules):
             w.join()
         sys.setswitchinterval(interval)
     assert not errors, errors
-    reads, calls, half_reads, half_calls = map(sum, zip(*tally, strict=True))
-    print(f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls half")
+    reads, calls, half_reads, half_calls, gate_reads = map(sum, zip(*tally, strict=True))
+    print(
+        f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls half; "
+        f"{gate_reads} reads saw both gates"
+    )
     assert cycles >= MIN_CYCLES and reads > cycles  # the workers really ran during the cycles
     assert (half_reads, half_calls) == (0, 0), (
         f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls"
