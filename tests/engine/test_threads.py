@@ -1,11 +1,12 @@
 """Threads calling patched code while apply() and rollback() run see each group whole.
 
-Eight threads read and call a two-patch group (a module function and a method it calls) while
-the main thread applies and rolls back, with a 10 us switch interval so that threads interleave
-at almost every bytecode boundary the interpreter allows. A read is an atomic snapshot of both
-attributes (one C-level call, no bytecode in between: the reader's own two reads cannot be split);
-a call records which `first` ran and which `second` the `first` reached. Half-installed means the
-two sides differ. docs/reliability.md, "Threads", states the guarantee this checks.
+Eight threads read and call a two-patch group (a module function and a method it calls) while the
+main thread applies and rolls back, with a 10 us switch interval so that threads interleave at
+almost every bytecode boundary the interpreter allows, and a GIL release inside the function (as a
+torch op makes) so that they also switch mid-call on a single core. A read is an atomic snapshot of
+both attributes (one C-level call, no bytecode in between: the reader's own two reads cannot be
+split); a call records which `first` ran and which `second` the `first` reached. Half-installed
+means the two sides differ. docs/reliability.md, "Threads", states the guarantee this checks.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from turbo_physai import _core, group, replace
 from turbo_physai.engine import switching
 
 LIB, OPT = "tpa_threads_lib", "tpa_threads_opt"
-# Up to 200 apply/rollback cycles, at most 8 s (5-12 s for 200 on a shared 2-core box); main,
-# writing patch by patch, showed 2,455-3,566 half reads and calls in 200 cycles.
+# Up to 200 apply/rollback cycles, at most 8 s (about 5 s for 200, on one core or two); main,
+# writing patch by patch, showed 11-295 half reads and 224-467 half calls in 200 cycles.
 CYCLES, BUDGET_S, MIN_CYCLES = 200, 8.0, 20
 THREADS = 8
 
@@ -41,8 +42,10 @@ def modules(monkeypatch):
         "class Model:\n"
         "    def second(self):\n"
         "        return 'old'\n"
+        "import time\n"
         "def first(model):\n"
-        "    for _ in range(8):  # a call that takes a while: threads may switch inside it\n"
+        "    time.sleep(0)  # releases the GIL, as a torch op does: threads switch inside calls\n"
+        "    for _ in range(8):\n"
         "        pass\n"
         "    return 'old', model.second()\n",
     )
@@ -51,7 +54,9 @@ def modules(monkeypatch):
         OPT,
         "def second(self):\n"
         "    return 'new'\n"
+        "import time\n"
         "def first(model):\n"
+        "    time.sleep(0)\n"
         "    for _ in range(8):\n"
         "        pass\n"
         "    return 'new', model.second()\n",
