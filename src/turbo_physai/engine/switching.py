@@ -122,10 +122,11 @@ def _drain(switches: Iterable[Any]) -> None:
             return
         if time.monotonic() >= deadline:
             names = ", ".join(s.name for s in waiting)
+            side = "new" if waiting[0].target_new else "old"  # one direction per transition
             warnings.warn(
                 f"turbo_physai: after {DRAIN_TIMEOUT_S} s, threads are still inside calls that "
                 f"started before the switch of {names}; switching anyway: for the rest of those "
-                "calls, the group's functions they look up are the new side's",
+                f"calls, the group's functions they look up are the {side} side's",
                 RuntimeWarning,
                 stacklevel=4,
             )
