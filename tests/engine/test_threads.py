@@ -183,17 +183,27 @@ def test_a_call_in_flight_finishes_on_the_side_it_started(modules, direction):
     assert lib.first(lib.Model()) == (other, other)
 
 
-def test_a_call_longer_than_the_drain_timeout_is_warned_about(modules, monkeypatch):
+@pytest.mark.parametrize(
+    ("direction", "started", "after"), [("apply", "old", "new"), ("rollback", "new", "old")]
+)
+def test_a_call_longer_than_the_drain_timeout_is_warned_about(
+    modules, monkeypatch, direction, started, after
+):
     lib, _ = modules
+    if direction == "rollback":
+        tpa.apply(groups=[_two_patch_group()])
     monkeypatch.setattr(switching, "DRAIN_TIMEOUT_S", 0.05)
     entered, release, results = threading.Event(), threading.Event(), []
     thread = _held_call(lib, entered, release, results)
-    with pytest.warns(RuntimeWarning, match=r"threads\.two \(apply\).*new side"):
-        tpa.apply(groups=[_two_patch_group()])
+    with pytest.warns(RuntimeWarning, match=rf"threads\.two \({direction}\).*{after} side"):
+        if direction == "apply":
+            tpa.apply(groups=[_two_patch_group()])
+        else:
+            tpa.rollback()
     release.set()
     thread.join()
-    # The documented limit: past the timeout, the rest of that call sees the new side.
-    assert results == [("old", "new")]
+    # The documented limit: past the timeout, the rest of that call sees the other side.
+    assert results == [(started, after)]
 
 
 def test_gates_route_by_the_calling_frames(modules):
