@@ -229,9 +229,34 @@ def test_unknown_force_or_disable_ids_are_errors():
         tpa.check(groups=[GOOD], disable_groups=["x"])
 
 
-def test_unknown_group_id_and_cycles_raise():
-    with pytest.raises(ValueError, match="unknown group 'nope'"):
-        tpa.check(groups=["nope"])
+def test_unknown_group_id_is_blocked_and_the_others_go_on():
+    for run in (tpa.check, tpa.apply):
+        report = run(groups=["nope", GOOD])
+        assert report.group("nope").reasons == ["group.unknown"]
+        assert report.group("good").decision == "apply"
+        tpa.rollback()
+
+
+def test_strict_keeps_the_unknown_group_error_unless_it_is_disabled():
+    before = capture()
+    for run in (tpa.check, tpa.apply):
+        with pytest.raises(ValueError, match="unknown group 'nope'"):
+            run(groups=[GOOD, "nope"], strict=True)
+        assert_identical(before, capture())
+    report = tpa.apply(groups=[GOOD, "nope"], strict=True, disable_groups=["nope"])
+    assert (report.group("nope").decision, report.group("nope").status) == ("skip", "skipped")
+
+
+def test_forced_and_disabled_is_an_error():
+    with pytest.raises(ValueError, match=r"both forced and disabled: \['good'\]"):
+        tpa.check(groups=[GOOD], force_groups=["good"], disable_groups=["good"])
+    cfg = tpa.OptimizationConfig((tpa.GroupSelection("good", enabled=False),))
+    with pytest.raises(ValueError, match="both forced and disabled"):
+        tpa.apply(cfg, groups=[GOOD], force_groups=["good"])
+    assert tpa.active_report() is None
+
+
+def test_cycles_raise():
     a = group("a", replace(f"{LIB}.shapes.gaussian_2d", f"{OPT}.gaussian_2d"), depends_on="b")
     b = group("b", replace(f"{LIB}.shapes.Base.forward", f"{OPT}.forward"), depends_on="a")
     with pytest.raises(ValueError, match="dependency cycle: a -> b -> a"):

@@ -64,13 +64,19 @@ def import_module(name: str) -> types.ModuleType:
 
 
 def resolve_owner(path: str) -> tuple[Any, str]:
-    """Split ``path`` into (owner object, final attribute name), importing modules on the way."""
+    """Split ``path`` into (owner object, final attribute name), importing modules on the way.
+
+    The longest importable module prefix is imported first, then attributes are walked
+    (TurboPhysAI's rule): a package whose ``__init__`` re-exports a name that shadows its
+    submodule (``from .ops import ops``) still resolves ``pkg.ops.helper`` in the submodule.
+    """
     parts = path.split(".")
     if len(parts) < 2:
         raise ResolutionError(f"{path!r} names no attribute: expected 'module.name'")
-    obj: Any = import_module(parts[0])
-    walked = parts[0]
-    for part in parts[1:-1]:
+    depth = next((n for n in range(len(parts) - 1, 1, -1) if _importable(".".join(parts[:n]))), 1)
+    walked = ".".join(parts[:depth])
+    obj: Any = import_module(walked)
+    for part in parts[depth:-1]:
         walked = f"{walked}.{part}"
         value = lookup_raw(obj, part)
         if value is MISSING and isinstance(obj, types.ModuleType):
@@ -84,11 +90,31 @@ def resolve_owner(path: str) -> tuple[Any, str]:
     return obj, last
 
 
+def _importable(name: str) -> bool:
+    """Whether ``name`` is a module that exists (imported or findable). Finding it imports its
+    parent packages; one that fails to import makes the name unimportable here, and the walk
+    from a shorter prefix reports why."""
+    if name in sys.modules:
+        return isinstance(sys.modules[name], types.ModuleType)
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent is no package or has no __spec__
+        return False
+    except Exception as err:  # a parent that raises while importing, a broken finder
+        raise ResolutionError(
+            f"looking for module {name!r} raised {type(err).__name__}: {err}"
+        ) from err
+
+
 def _import_submodule(name: str) -> Any:
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):  # parent is no package, or a module without __spec__
         return MISSING
+    except Exception as err:  # a broken finder on sys.meta_path
+        raise ResolutionError(
+            f"looking for module {name!r} raised {type(err).__name__}: {err}"
+        ) from err
     return MISSING if spec is None else import_module(name)
 
 

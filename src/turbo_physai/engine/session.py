@@ -22,7 +22,7 @@ from . import mechanisms, switching
 from .catalog import planner_node, registry
 from .context import CompatibilityContext, CompatibilityResult, TargetInfo
 from .declarations import Group
-from .paths import ResolutionError, resolve_object
+from .paths import ResolutionError, lookup_raw, resolve_object
 from .report import (
     APPLIED,
     APPLY,
@@ -108,11 +108,13 @@ def check(
     force_groups: Iterable[str] = (),
     disable_groups: Iterable[str] = (),
     trust: bool = False,
+    strict: bool = False,
 ) -> OptimizationReport:
     """Decide for every selected group whether it would apply; install nothing.
-    ``trust=True`` lets the config import catalogs that are not installed."""
+    ``trust=True`` lets the config import catalogs that are not installed. A group ID no
+    catalog declares is reported blocked (``group.unknown``); ``strict=True`` raises instead."""
     with _lock:
-        report, journal = _run("check", config, groups, force_groups, disable_groups, trust)
+        report, journal = _run("check", config, groups, force_groups, disable_groups, trust, strict)
         report.rollback = journal.restore_all()
         return report
 
@@ -127,12 +129,14 @@ def apply(
     trust: bool = False,
 ) -> OptimizationReport:
     """Apply the selected groups, each atomically. rollback() undoes everything.
-    ``trust=True`` lets the config import catalogs that are not installed."""
+    ``trust=True`` lets the config import catalogs that are not installed. ``strict=True``:
+    an unknown group ID raises, and anything short of every group applied rolls back and
+    raises ApplyError. Whatever escapes (a KeyboardInterrupt, say) leaves nothing installed."""
     global _active
     with _lock:
         if _active is not None:
             raise ApplyError("an apply() is already active; call turbo_physai.rollback() first")
-        report, journal = _run("apply", config, groups, force_groups, disable_groups, trust)
+        report, journal = _run("apply", config, groups, force_groups, disable_groups, trust, strict)
         if strict and not report.ok:
             report.rollback = journal.restore_all()
             bad = [
@@ -184,7 +188,18 @@ def record_write(group_id: str, owner: Any, name: str, value: Any) -> bool:
     instances (the timm catalog). The journal holds ``owner`` until rollback. Returns False and
     writes nothing when that group is not applied now (a wrapper called through a reference
     kept past rollback).
+
+    Raises TypeError, writing nothing, when ``name`` is a data descriptor of ``owner``'s type
+    (a property, a slot): its setter would change state the journal cannot see or restore.
+    Write the state the setter would write instead.
     """
+    descriptor = lookup_raw(type(owner), name)
+    if hasattr(type(descriptor), "__set__") or hasattr(type(descriptor), "__delete__"):
+        raise TypeError(
+            f"record_write cannot write {type(owner).__qualname__}.{name}: it is a "
+            f"{type(descriptor).__name__} of {type(owner).__qualname__}, and writing through it "
+            "runs code whose effects rollback could not restore exactly"
+        )
     with _lock:
         if _active is None:
             return False
@@ -205,16 +220,26 @@ def active_report() -> OptimizationReport | None:
     return _active.report if _active else None
 
 
-def _run(mode, config, groups, force_groups, disable_groups, trust):
+def _run(mode, config, groups, force_groups, disable_groups, trust, strict):
     selection = _select(config, groups, trust)
     by_id = {g.id: g for g in selection.catalog}
-    plan = _core.plan_groups([planner_node(g) for g in selection.catalog], selection.requested)
     force, disable = set(force_groups), set(disable_groups)
+    config_disabled = {s.id for s in selection.selections.values() if not s.enabled}
+    # An ID no catalog declares is reported blocked and the others go on (TurboPhysAI's rule);
+    # strict keeps the planner's error for those not disabled.
+    unknown = [g for g in dict.fromkeys(selection.requested) if g not in by_id]
+    if strict:
+        unknown = [g for g in unknown if g in disable | config_disabled]
+    requested = [g for g in selection.requested if g not in unknown]
+    plan = _core.plan_groups([planner_node(g) for g in selection.catalog], requested)
     for name, ids in (("force_groups", force), ("disable_groups", disable)):
-        unknown = sorted(ids - set(plan.order))
-        if unknown:
-            raise ValueError(f"{name} names groups that are not selected: {unknown}")
-    disable |= {s.id for s in selection.selections.values() if not s.enabled}
+        not_selected = sorted(ids - set(plan.order) - set(unknown))
+        if not_selected:
+            raise ValueError(f"{name} names groups that are not selected: {not_selected}")
+    disable |= config_disabled
+    both = sorted(force & disable)
+    if both:
+        raise ValueError(f"groups both forced and disabled: {both}")
 
     conflicts: dict[str, list[Check]] = {}
     for c in plan.conflicts:
@@ -234,22 +259,92 @@ def _run(mode, config, groups, force_groups, disable_groups, trust):
     config_checks = gate(selection.config)
     report = OptimizationReport(mode)
     journal = _core.Journal()
+    for gid in unknown:
+        report.groups.append(_unknown(gid, skipped=gid in disable))
     done: dict[str, GroupReport] = {}
-    for gid in plan.order:
-        group = by_id[gid]
-        gr = GroupReport(gid, added_by_dependency=gid in plan.added)
-        report.groups.append(gr)
-        done[gid] = gr
-        if gid in disable:
-            gr.decision, gr.status = SKIP, SKIPPED
-            continue
-        sel = selection.selections.get(gid) or GroupSelection(gid)
-        checks = config_checks(group) + conflicts.get(gid, [])
-        _run_group(mode, group, sel, gr, done, checks, gid in force, journal)
+    unapplied: dict[str, bool] = {}  # import-compat group that did not apply -> stops the plan
+    try:
+        for gid in plan.order:
+            group = by_id[gid]
+            gr = GroupReport(gid, added_by_dependency=gid in plan.added)
+            report.groups.append(gr)
+            done[gid] = gr
+            if gid in disable:
+                gr.decision, gr.status = SKIP, SKIPPED
+                continue
+            sel = selection.selections.get(gid) or GroupSelection(gid)
+            checks = config_checks(group) + conflicts.get(gid, [])
+            stoppers = [] if group.import_compat else [g for g, s in unapplied.items() if s]
+            if stoppers:
+                checks.append(_stopped_by(stoppers))
+            held = bool(stoppers) or any(d in unapplied for d in group.depends_on)
+            _run_group(mode, group, sel, gr, done, checks, gid in force, journal, held)
+            if group.import_compat and (
+                gr.decision == BLOCK or gr.status in (ROLLED_BACK, NOT_STARTED)
+            ):
+                unapplied[gid] = _stops_plan(gr)
+    except BaseException as err:
+        # Exceptions of user code are blocks or rollbacks of one group (_run_group); what
+        # gets here (KeyboardInterrupt, SystemExit...) ends the whole call: nothing stays.
+        _abandon(mode, report, journal, err)
+        raise
     return report, journal
 
 
-def _run_group(mode, group, sel, gr, done, extra_checks, forced, journal) -> None:
+def _unknown(gid: str, skipped: bool) -> GroupReport:
+    gr = GroupReport(gid)
+    if skipped:
+        gr.decision, gr.status = SKIP, SKIPPED
+        return gr
+    message = f"no installed or named catalog declares group {gid!r}"
+    gr.checks.append(Check("group.unknown", FAIL, message, reason="group.unknown"))
+    gr.decision, gr.status = BLOCK, BLOCKED
+    return gr
+
+
+def _stops_plan(gr: GroupReport) -> bool:
+    """Whether an import-compatibility group that did not apply stops the groups after it.
+    It does unless its own compatibility_check declined it (the catalog says the model runs
+    here without it) or only its dependencies blocked it (they answer for themselves)."""
+    if gr.status in (ROLLED_BACK, NOT_STARTED):
+        return True
+    return any(
+        c.blocks
+        and c.code != "dependency"
+        and not (c.code == "compatibility_check" and c.reason != "compatibility.error")
+        for c in gr.checks
+    )
+
+
+def _stopped_by(stoppers: list[str]) -> Check:
+    return Check(
+        "import_compat",
+        FAIL,
+        f"import-compatibility group(s) {', '.join(map(repr, stoppers))} did not apply: "
+        "preparing this group would import the model's modules without them",
+        actual=stoppers,
+        reason="import_compat.blocked",
+    )
+
+
+def _abandon(mode: str, report: OptimizationReport, journal: Any, err: BaseException) -> None:
+    """Restore everything this call installed and say in the exception where it stopped."""
+    report.rollback = journal.restore_all()
+    where = "before any group"
+    if report.groups:
+        gr = report.groups[-1]
+        stage = "installing" if "prepare" in gr.timings_ms else "preparing"
+        gr.error = f"{type(err).__name__}: {err}"
+        where = f"while {stage} group {gr.id!r}"
+    note = (
+        f"turbo_physai.{mode}() was interrupted {where}; everything it had installed was "
+        f"restored: {report.rollback}"
+    )
+    if hasattr(err, "add_note"):  # Python >= 3.11
+        err.add_note(note)
+
+
+def _run_group(mode, group, sel, gr, done, extra_checks, forced, journal, held=False) -> None:
     t0 = time.perf_counter()
     gr.checks.extend(extra_checks)
     failed_dep = False
@@ -283,15 +378,23 @@ def _run_group(mode, group, sel, gr, done, extra_checks, forced, journal) -> Non
         return
     prepared = []
     # A blocked dependency does not stop preparation: the report then also shows whether this
-    # group could apply on its own. A failing compatibility_check does stop it.
-    if not any(c.blocks and c.code != "dependency" for c in gr.checks):
-        gr.checks.append(_compatibility(group, sel))
-    if not any(c.blocks and c.code != "dependency" for c in gr.checks):
-        ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust, gr)
-        for decl in group.declarations:
-            p = mechanisms.prepare(decl, ctx)
-            prepared.append(p)
-            gr.checks.extend(p.checks)
+    # group could apply on its own. A failing compatibility_check does stop it, and so does
+    # ``held``: an import-compatibility group it needs did not apply, and resolving the
+    # targets would import the model without it.
+    where = f"compatibility_check {group.compatibility_check}"
+    try:
+        if not held and not any(c.blocks and c.code != "dependency" for c in gr.checks):
+            gr.checks.append(_compatibility(group, sel))
+        if not held and not any(c.blocks and c.code != "dependency" for c in gr.checks):
+            ctx = mechanisms.PrepareContext(group.id, sel.options, sel.trust, gr)
+            for decl in group.declarations:
+                where = decl.describe()
+                p = mechanisms.prepare(decl, ctx)
+                prepared.append(p)
+                gr.checks.extend(p.checks)
+    except Exception as err:  # user code the mechanisms do not expect to fail (a __signature__)
+        message = f"{where} raised {type(err).__name__}: {err}"
+        gr.checks.append(Check("prepare", FAIL, message, reason="prepare.error"))
     for c in gr.checks:
         if c.status == FAIL and c.overrideable and forced:
             c.forced = True

@@ -114,6 +114,11 @@ def _check_aliases(decl: Replace, original: Any, patch: ObjectPatch) -> None:
             patch.checks.append(Check("alias.resolve", FAIL, str(err), reason="alias.unresolved"))
             continue
         found = unwrap_descriptor(loc.found)
+        if any(loc.owner is done.owner and loc.name == done.name for done in patch.locations):
+            # Another path to a place already written (a re-export of the same module): one
+            # journal entry, or rollback would find its own write and call it drift.
+            patch.checks.append(Check("alias.identity", NOT_APPLICABLE, f"{alias}: same place"))
+            continue
         if found is not original:
             patch.checks.append(
                 Check(
@@ -145,11 +150,17 @@ def _signature_check(found: Any, new: Any) -> Check:
     if isinstance(found, property):
         for name in ("fget", "fset", "fdel"):
             mine, theirs = getattr(found, name), getattr(new, name)
-            if mine is not None and theirs is None:
+            if (mine is None) != (theirs is None):
+                # A setter or deleter added would turn reads-only into writes (or an
+                # AttributeError into a silent write): the shape is part of the contract.
+                has = "has no" if theirs is None else "adds an"
                 return Check(
                     "target.signature",
                     FAIL,
-                    f"replacement property has no {name}",
+                    f"replacement property {has} {name} (the original "
+                    f"{'has' if mine is not None else 'has none'})",
+                    expected=[n for n in ("fget", "fset", "fdel") if getattr(found, n)],
+                    actual=[n for n in ("fget", "fset", "fdel") if getattr(new, n)],
                     reason="signature.mismatch",
                 )
             if mine is not None:
