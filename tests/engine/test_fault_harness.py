@@ -40,9 +40,9 @@ def test_a_fault_leaves_the_state_identical(point, kind, mode):
             report = getattr(tpa, mode)(**F.selected(IDS))
             assert f"injected at {point}" in str(report.group(owner).to_dict())
             for g in report.groups:  # the others go on unless an import-compat group failed
-                assert g.decision == "apply" or g.id == owner or g.reasons == [
-                    "import_compat.blocked"
-                ], (g.id, g.reasons)
+                assert (
+                    g.decision == "apply" or g.id == owner or g.reasons == ["import_compat.blocked"]
+                ), (g.id, g.reasons)
         else:  # KeyboardInterrupt, SystemExit: the call stops, with nothing left installed
             with pytest.raises(kind) as caught:
                 getattr(tpa, mode)(**F.selected(IDS))
