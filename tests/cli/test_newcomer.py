@@ -148,7 +148,7 @@ def test_a_closed_pipe_is_not_a_traceback(cli):
 def test_plan_error_is_public():
     assert tpa.PlanError.__module__ == "turbo_physai" and issubclass(tpa.PlanError, ValueError)
     with pytest.raises(tpa.PlanError, match="unknown group 'no.such.group'"):
-        tpa.check(groups=["no.such.group"])
+        tpa.check(groups=["no.such.group"], strict=True)
 
 
 def test_print_report_starts_with_a_summary():
