@@ -73,8 +73,15 @@ def test_without_mmcv_and_mmdet3d_every_group_is_blocked_with_its_reason(overlap
     ids = [i for i in ids_of(openmmlab.GROUPS) if (i in OVERLAPPING) == overlapping]
     report = tpa.check(config(ids))
     assert all(g.status == "blocked" for g in report.groups), str(report)
+    # A failed import-compatibility group (bevfusion's: no flash_attn here) holds back every
+    # later group unprepared, so that no model module imports without it (reliability.md).
+    compat = [g for g in report.groups if tpa.registry.get(g.id).import_compat]
+    stoppers = [g.id for g in compat if "target.unresolved" in g.reasons]
     for g in report.groups:
-        if g.id in REASONS:  # never offered: the reason, never an unresolved target
+        if stoppers and g not in compat:
+            held = next(c for c in g.checks if c.reason == "import_compat.blocked")
+            assert held.actual == stoppers, g.id
+        elif g.id in REASONS:  # never offered: the reason, never an unresolved target
             assert REASONS[g.id][0] in g.reasons and "target.unresolved" not in g.reasons, g.id
             assert set(g.reasons) <= {PLATFORM, UNAVAILABLE, "dependency.blocked"}, g.id
             check = next(c for c in g.checks if c.code == "compatibility_check")
