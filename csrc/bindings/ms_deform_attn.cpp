@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "interruptible.h"
 #include "msda_checks.h"
 #include "ms_deform_attn/ms_deform_attn.h"
 #ifdef TPA_WITH_CUDA
@@ -68,14 +69,25 @@ msda::Inputs<T> inputs_of(const Input &value, const Input &loc, const Input &att
     return {strided<const T, 4>(value), strided<const T, 6>(loc), strided<const T, 5>(attn)};
 }
 
+/// The multiply-adds of the forward (as a double: expanded inputs may have sizes whose product
+/// overflows), for run_interruptible; the backward does about three times as many.
+double forward_work(const msda::Problem &p) {
+    return static_cast<double>(p.batch) * static_cast<double>(p.queries) *
+           static_cast<double>(p.heads) * static_cast<double>(p.levels.size()) *
+           static_cast<double>(p.points) * (4.0 * static_cast<double>(p.channels) + 1.0);
+}
+
 void forward(const Input &value, const Input &shapes, const Input &starts, const Input &loc,
              const Input &attn, const Output &out, int max_threads) {
-    const Checked c = check_cpu(value, shapes, starts, loc, attn);
+    Checked c = check_cpu(value, shapes, starts, loc, attn);
+    std::atomic<bool> stop{false};
+    c.problem.stop = &stop;
     const auto run = [&](auto zero) {
         using T = decltype(zero);
         const msda::Strided<T, 4> o = heads<T>(out, "output", c.shapes, value);
-        nb::gil_scoped_release release;
-        msda::forward<T>(c.problem, inputs_of<T>(value, loc, attn), o, max_threads);
+        run_interruptible(forward_work(c.problem), stop, [&] {
+            msda::forward<T>(c.problem, inputs_of<T>(value, loc, attn), o, max_threads);
+        });
     };
     if (value.dtype() == nb::dtype<float>())
         run(0.0f);
@@ -86,7 +98,9 @@ void forward(const Input &value, const Input &shapes, const Input &starts, const
 void backward(const Input &value, const Input &shapes, const Input &starts, const Input &loc,
               const Input &attn, const Input &grad_out, const Output &grad_value,
               const Output &grad_loc, const Output &grad_attn, int max_threads) {
-    const Checked c = check_cpu(value, shapes, starts, loc, attn);
+    Checked c = check_cpu(value, shapes, starts, loc, attn);
+    std::atomic<bool> stop{false};
+    c.problem.stop = &stop;
     const auto &s = c.shapes;
     expect_array(grad_value, "grad_value", s.value, "the shape of value", value.dtype(),
                  "the dtype of value", value);
@@ -97,11 +111,13 @@ void backward(const Input &value, const Input &shapes, const Input &starts, cons
     const auto run = [&](auto zero) {
         using T = decltype(zero);
         const msda::Strided<const T, 4> g = heads<const T>(grad_out, "grad_output", s, value);
-        nb::gil_scoped_release release;
-        msda::backward<T>(c.problem, inputs_of<T>(value, loc, attn), g,
-                          {strided<T, 4>(grad_value), strided<T, 6>(grad_loc),
-                           strided<T, 5>(grad_attn)},
-                          max_threads);
+        const double work = 3.0 * forward_work(c.problem) + static_cast<double>(grad_value.size());
+        run_interruptible(work, stop, [&] {
+            msda::backward<T>(c.problem, inputs_of<T>(value, loc, attn), g,
+                              {strided<T, 4>(grad_value), strided<T, 6>(grad_loc),
+                               strided<T, 5>(grad_attn)},
+                              max_threads);
+        });
     };
     if (value.dtype() == nb::dtype<float>())
         run(0.0f);

@@ -155,6 +155,14 @@ Shapes check_inputs(const Input &value, const Input &shapes, const Input &starts
                  "N, M of value, L of spatial_shapes");
     expect_shape(attn, "attention_weights", {v[0], l[1], v[2], L, l[4]},
                  "N, M of value, Lq, L, P of sampling_locations");
+    // turbo_physai.kernels.reference.MSDA_MAX_POINTS: the CPU forward keeps a row's points at hand.
+    constexpr std::int64_t kMaxPoints = std::int64_t{1} << 16;
+    if (L > kMaxPoints || (L > 0 && l[4] > kMaxPoints / L))
+        throw nb::value_error(("sampling_locations: expected at most " +
+                               std::to_string(kMaxPoints) +
+                               " sampling points per query and head (L*P), got L = " +
+                               std::to_string(L) + ", P = " + std::to_string(l[4]))
+                                  .c_str());
     return {v, l, shape_of(attn), L, loc.dtype()};
 }
 

@@ -7,6 +7,11 @@
 
 namespace turbo_physai::kernels::msda::detail {
 
+/// Corners::count of a point whose pixel coordinates are not both finite (a NaN or +-Inf location,
+/// or one so large that loc * size overflows): grid_sample's bilinear weights are NaN there, so
+/// it samples NaN (see unusual.h), where an in-range point outside the map samples 0.
+constexpr int kNonFinite = -1;
+
 /// The in-bounds corners of one sampling point (0 to 4): their element offsets in the level, their
 /// bilinear weights and, when asked for, the derivatives of those weights with respect to the
 /// pixel coordinates x and y.
@@ -25,12 +30,14 @@ struct Corners {
 template <bool kDerivatives, typename T>
 inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width,
                        std::int64_t row_stride, Corners<T> &c) {
-    c.count = 0;
     const T x = loc_x * static_cast<T>(width) - T(0.5);
     const T y = loc_y * static_cast<T>(height) - T(0.5);
     // Written so that NaN fails it too: the casts below are only defined for in-range values.
-    if (!(x >= T(-1) && y >= T(-1) && x < static_cast<T>(width) && y < static_cast<T>(height)))
+    if (!(x >= T(-1) && y >= T(-1) && x < static_cast<T>(width) && y < static_cast<T>(height))) {
+        // Outside the map, or not a number: only this rare branch tells them apart.
+        c.count = std::isfinite(x) && std::isfinite(y) ? 0 : kNonFinite;
         return;
+    }
     const T x0f = std::floor(x), y0f = std::floor(y);
     const auto x0 = static_cast<std::int64_t>(x0f), y0 = static_cast<std::int64_t>(y0f);
     const T fx = x - x0f, fy = y - y0f, gx = T(1) - fx, gy = T(1) - fy;
@@ -51,6 +58,7 @@ inline void corners_of(T loc_x, T loc_y, std::int64_t height, std::int64_t width
     }
     const bool inside[4] = {x0 >= 0 && y0 >= 0, x0 + 1 < width && y0 >= 0,
                             x0 >= 0 && y0 + 1 < height, x0 + 1 < width && y0 + 1 < height};
+    c.count = 0;
     for (int k = 0; k < 4; ++k) {
         if (!inside[k])
             continue;
@@ -80,7 +88,12 @@ inline void prefetch(const T *row, std::int64_t channels, bool for_write) {
 #endif
 }
 
-/// out += sum over corners of w[i] * v[i]; one pass over `out` when all four corners are in.
+template <typename T>
+void accumulate_unusual(T *out, const T *const v[4], const T w[4], int count,
+                        std::int64_t channels);
+
+/// out += sum over corners of w[i] * v[i]; one pass over `out` when all four corners are in. A
+/// negative count is a point with a non-finite location or weight (unusual.h).
 template <typename T>
 inline void accumulate(T *__restrict out, const T *const v[4], const T w[4], int count,
                        std::int64_t channels) {
@@ -90,6 +103,10 @@ inline void accumulate(T *__restrict out, const T *const v[4], const T w[4], int
         const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
         for (std::int64_t d = 0; d < channels; ++d)
             out[d] += w0 * v0[d] + w1 * v1[d] + w2 * v2[d] + w3 * v3[d];
+        return;
+    }
+    if (count < 0) {  // after the common case: only border points pay this test
+        accumulate_unusual(out, v, w, count, channels);
         return;
     }
     for (int i = 0; i < count; ++i)

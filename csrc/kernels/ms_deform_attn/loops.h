@@ -10,6 +10,8 @@
 
 #include "ms_deform_attn/bilinear.h"
 #include "ms_deform_attn/ms_deform_attn.h"
+#include "ms_deform_attn/unusual.h"
+#include "turbo_physai/interrupt.h"
 
 namespace turbo_physai::kernels::msda::detail {
 
@@ -17,7 +19,8 @@ namespace turbo_physai::kernels::msda::detail {
 // (Locating the next batch one step ahead, as the forward does with rows, measured slower here.)
 constexpr int kBatch = 16;
 
-/// A forward sampling point, ready to accumulate: its corner rows and attention * bilinear weights.
+/// A forward sampling point, ready to accumulate: its corner rows and attention * bilinear weights
+/// (a negative count: a non-finite location or weight, unusual.h).
 template <typename T>
 struct Sample {
     int count;
@@ -44,6 +47,10 @@ inline void prepare_row(const Problem &pb, const Inputs<T> &in, std::int64_t r, 
             corners_of<false>(loc[p * ls[4]], loc[p * ls[4] + ls[5]], lv.height, lv.width, vs[1],
                               c);
             const T a = attn[p * as[4]];
+            if (c.count < 0 || !std::isfinite(a)) {
+                unusual_sample(c, a, value_l, *out);
+                continue;
+            }
             out->count = c.count;
             for (int k = 0; k < c.count; ++k) {
                 out->value[k] = value_l + c.offset[k];
@@ -67,13 +74,18 @@ inline void forward_rows(const Problem &pb, const Inputs<T> &in, const Strided<T
     std::vector<Sample<T>> current(LP), next(LP);
     prepare_row(pb, in, begin, current.data());
     for (std::int64_t r = begin; r < end; ++r) {
+        stop_point(pb.stop);
         if (r + 1 < end)
             prepare_row(pb, in, r + 1, next.data());
         const std::int64_t n = r / (Lq * M), q = r / M % Lq, m = r % M;
         T *o = out.data + n * out.stride[0] + q * out.stride[1] + m * out.stride[2];
         std::fill(o, o + D, T(0));
-        for (const Sample<T> &s : current)
+        for (std::size_t i = 0; i < LP; ++i) {
+            if ((i & 255) == 255)  // a row of 2^16 points of wide channels runs for seconds
+                stop_point(pb.stop);
+            const Sample<T> &s = current[i];
             accumulate(o, s.value, s.weight, s.count, D);
+        }
         current.swap(next);
     }
 }
@@ -86,6 +98,7 @@ inline void zero_rows(const Problem &pb, const Strided<T, 4> &grad_value, std::i
                       std::int64_t end) {
     const std::int64_t S = pb.value_len, M = pb.heads, D = pb.channels;
     const auto &gvs = grad_value.stride;
+    stop_point(pb.stop);
     for (std::int64_t r = begin; r < end; ++r) {
         T *row = grad_value.data + r / S * gvs[0] + r % S * gvs[1];
         if (gvs[2] == D)
@@ -132,6 +145,7 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
         T *grad_loc = gr.sampling_locations.data + n * gls[0] + m * gls[2] + l * gls[3];
         T *grad_attn = gr.attention_weights.data + n * gas[0] + m * gas[2] + l * gas[3];
         for (std::int64_t first = 0; first < Lq * P; first += kBatch) {
+            stop_point(pb.stop);
             const int count = static_cast<int>(std::min<std::int64_t>(kBatch, Lq * P - first));
             std::int64_t qs[kBatch], ps[kBatch];
             for (std::int64_t i = 0, q = first / P, p = first % P; i < count; ++i) {
@@ -156,6 +170,14 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
                 const std::int64_t q = qs[i], p = ps[i];
                 const Point<T> &pt = batch[i];
                 const T *g = grad_out.data + n * gos[0] + q * gos[1] + m * gos[2];
+                T *gxy = grad_loc + q * gls[1] + p * gls[4];
+                const T *xy = loc + q * ls[1] + p * ls[4];
+                if (pt.c.count < 0) {
+                    nonfinite_location_gradients(xy[0], xy[ls[5]], lv.height, lv.width, pt.attn,
+                                                 g, D, gxy, gls[5],
+                                                 grad_attn + q * gas[1] + p * gas[4]);
+                    continue;
+                }
                 T dot[4];
                 dots(g, pt.value, pt.c.count, D, dot);
                 T grad_a = 0, grad_x = 0, grad_y = 0;
@@ -166,10 +188,13 @@ inline void backward_tasks(const Problem &pb, const Inputs<T> &in,
                     grad_y += pt.c.d_dy[k] * dot[k];
                 }
                 // d(pixel x)/d(loc x) = W, likewise H for y.
-                T *gxy = grad_loc + q * gls[1] + p * gls[4];
                 gxy[0] = pt.attn * grad_x * static_cast<T>(lv.width);
                 gxy[gls[5]] = pt.attn * grad_y * static_cast<T>(lv.height);
                 grad_attn[q * gas[1] + p * gas[4]] = grad_a;
+                if (!std::isfinite(pt.attn) && pt.c.count > 0)
+                    nonfinite_weight_location_gradient(xy[0], xy[ls[5]], lv.height, lv.width,
+                                                       value_l, vs[1], pt.attn, g, D, gxy,
+                                                       gls[5]);
             }
         }
     }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ms_deform_attn/loops.h"
+#include "turbo_physai/interrupt.h"
 #include "turbo_physai/parallel.h"
 
 namespace turbo_physai::kernels::msda {
@@ -55,6 +56,30 @@ TPA_ISA_CLONES void backward_range(const Problem &pb, const Inputs<double> &in,
     detail::backward_tasks(pb, in, grad_out, gr, b, e);
 }
 
+/// Zeroes the location and weight gradients, (n, q, m) rows at a time.
+template <typename T>
+void zero_points(const Problem &pb, const Gradients<T> &gr, int max_threads) {
+    const std::int64_t M = pb.heads, Lq = pb.queries, P = pb.points;
+    const auto L = static_cast<std::int64_t>(pb.levels.size());
+    const auto &ls = gr.sampling_locations.stride;
+    const auto &as = gr.attention_weights.stride;
+    parallel_for(pb.batch * Lq * M, kChunkWork / std::max<std::int64_t>(1, L * P) + 1,
+                 max_threads, [&](std::int64_t b, std::int64_t e) {
+                     stop_point(pb.stop);
+                     for (std::int64_t r = b; r < e; ++r) {
+                         const std::int64_t n = r / (Lq * M), q = r / M % Lq, m = r % M;
+                         T *loc = gr.sampling_locations.data + n * ls[0] + q * ls[1] + m * ls[2];
+                         T *attn = gr.attention_weights.data + n * as[0] + q * as[1] + m * as[2];
+                         for (std::int64_t l = 0; l < L; ++l)
+                             for (std::int64_t p = 0; p < P; ++p) {
+                                 loc[l * ls[3] + p * ls[4]] = T(0);
+                                 loc[l * ls[3] + p * ls[4] + ls[5]] = T(0);
+                                 attn[l * as[3] + p * as[4]] = T(0);
+                             }
+                     }
+                 });
+}
+
 void require_dense_channels(std::int64_t channels, std::int64_t stride, const char *name) {
     if (channels > 1 && stride != 1)
         throw std::invalid_argument(std::string(name) + ": the channel (last) dimension must " +
@@ -99,6 +124,10 @@ std::vector<Level> make_levels(const std::int64_t *shapes,
 
 template <typename T>
 void forward(const Problem &pb, const Inputs<T> &in, Strided<T, 4> out, int max_threads) {
+    // Nothing to write: return before any loop (a D = 0 value with 2^40 expanded queries ran for
+    // minutes visiting points, issue 24). Sizes tested one by one: their product may overflow.
+    if (pb.batch == 0 || pb.queries == 0 || pb.heads == 0 || pb.channels == 0)
+        return;
     require_dense_channels(pb.channels, in.value.stride[3], "value");
     require_dense_channels(pb.channels, out.stride[3], "output");
     const std::int64_t row_work =
@@ -111,8 +140,17 @@ void forward(const Problem &pb, const Inputs<T> &in, Strided<T, 4> out, int max_
 template <typename T>
 void backward(const Problem &pb, const Inputs<T> &in, Strided<const T, 4> grad_out,
               const Gradients<T> &gr, int max_threads) {
+    if (pb.batch == 0 || pb.heads == 0)
+        return;  // every gradient is empty
+    if (pb.channels == 0) {
+        // grad_value is empty, the others are 0: no point needs a visit.
+        zero_points(pb, gr, max_threads);
+        return;
+    }
     require_dense_channels(pb.channels, in.value.stride[3], "value");
-    require_dense_channels(pb.channels, grad_out.stride[3], "grad_output");
+    // An empty grad_output may have any strides (autograd's expanded ones of out.sum(), say).
+    if (pb.queries > 0)
+        require_dense_channels(pb.channels, grad_out.stride[3], "grad_output");
     require_dense_channels(pb.channels, gr.value.stride[3], "grad_value");
     const std::int64_t row_bytes =
         std::max<std::int64_t>(1, pb.heads * pb.channels * static_cast<std::int64_t>(sizeof(T)));

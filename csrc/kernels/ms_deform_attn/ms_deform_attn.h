@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -17,9 +18,12 @@ struct Level {
 };
 
 /// The sizes of one call; `levels` comes from make_levels, so it is consistent with value_len.
+/// `stop` (optional): when set, the kernels throw turbo_physai::Interrupted at their next check
+/// (every row, batch of points or chunk), leaving the outputs partly written.
 struct Problem {
     std::int64_t batch, value_len, heads, channels, queries, points;
     std::vector<Level> levels;
+    const std::atomic<bool> *stop = nullptr;
 };
 
 /// Reads spatial_shapes (L,2) = (H,W) and level_start_index (L,), both int64 with element strides,
@@ -52,6 +56,10 @@ struct Gradients {
     Strided<T, 5> attention_weights;
 };
 
+/// Grid_sample's semantics throughout, NaN included: a NaN or +-Inf location samples NaN, a
+/// non-finite attention weight scales the bilinear sample (unusual.h). Nothing runs when the
+/// output is empty (any of N, Lq, M, D is 0), whatever the other sizes.
+///
 /// Writes every element of `output` (channel stride 1); nothing is read from it. Each output row
 /// is computed by one thread in a fixed order, so results do not depend on the thread count.
 /// `max_threads` <= 0 uses every hardware thread. Instantiated for float and double.
@@ -59,7 +67,8 @@ template <typename T>
 void forward(const Problem &problem, const Inputs<T> &in, Strided<T, 4> output, int max_threads);
 
 /// Writes every element of the three gradients (nothing is read from them) from `grad_output`
-/// (N,Lq,M,D), channel stride 1.
+/// (N,Lq,M,D), channel stride 1 unless it is empty. With D = 0 the location and weight gradients
+/// are 0 (grid_sample sums over no channel) and no point is visited.
 ///
 /// Always deterministic, bit for bit, whatever the thread count: work is split by (n, m, level),
 /// and each such task owns its slice of grad_value (the rows of its level, its head) as well as its

@@ -87,6 +87,9 @@ def fake_quant_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 _MSDA_HALVES = (torch.float16, torch.bfloat16)
 _MSDA_FLOATS = (*_MSDA_HALVES, torch.float32, torch.float64)
+#: Sampling points per query and head (L*P) the op takes: the CPU forward keeps a row's points
+#: at hand, and no model comes near (Deformable DETR: 16); a huge expanded P is refused at once.
+MSDA_MAX_POINTS = 1 << 16
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
@@ -109,6 +112,8 @@ def check_ms_deform_attn(
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.layout is not torch.strided:
+            raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
     layouts = {"value": (4, "(N, S, M, D)"), "spatial_shapes": (2, "(L, 2)"),
                "level_start_index": (1, "(L,)"), "sampling_locations": (6, "(N, Lq, M, L, P, 2)"),
                "attention_weights": (5, "(N, Lq, M, L, P)")}
@@ -150,6 +155,9 @@ def check_ms_deform_attn(
         if _shape(named[name]) != shape:
             raise ValueError(f"{name}: expected shape {shape} ({sources[name]}), "
                              f"got {_shape(named[name])}")
+    if levels * points > MSDA_MAX_POINTS:
+        raise ValueError(f"sampling_locations: expected at most {MSDA_MAX_POINTS} sampling "
+                         f"points per query and head (L*P), got L = {levels}, P = {points}")
     return spatial_shapes.to(torch.int64), level_start_index.to(torch.int64)
 
 

@@ -6,11 +6,20 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 
+def exported(t: torch.Tensor) -> object:
+    """The DLPack capsule of `t`, with its sign. A tensor with the negative bit set (a lazy
+    negation, such as ``torch.complex(z, -t).conj().imag``) stores its data un-negated, and
+    DLPack has no field for that bit: such a tensor is materialized first, else the kernels would
+    read it without its sign (issue 24). A real tensor cannot carry the conjugate bit, and the
+    kernels refuse complex dtypes."""
+    return to_dlpack(t.resolve_neg() if t.is_neg() else t)
+
+
 def capsules(*tensors: torch.Tensor | None) -> tuple[object, ...]:
-    """DLPack capsules for nanobind's ndarray arguments (None passes through).
+    """DLPack capsules for nanobind's ndarray arguments (None passes through), see ``exported``.
 
     Given a tensor, nanobind calls ``Tensor.__dlpack__()``, a Python method: a six-tensor call of
     the CPU kernel's binding took 11.5 us that way and 1.6 us with capsules (2-core dev box,
     torch 2.13). The capsule carries no stream: the kernels take the caller's stream explicitly.
     """
-    return tuple(None if t is None else to_dlpack(t) for t in tensors)
+    return tuple(None if t is None else exported(t) for t in tensors)

@@ -18,10 +18,11 @@ import torch
 
 from turbo_physai import _core
 from turbo_physai.kernels.reference import check_ms_deform_attn as check_inputs
-from turbo_physai.ops._dlpack import capsules
+from turbo_physai.ops._dlpack import capsules, exported
 
 _to_dlpack = torch._C._to_dlpack
 _INT64 = torch.int64
+_STRIDED = torch.strided
 _FLOAT32 = torch.float32
 _FLOAT64 = torch.float64
 _REDUCED = (torch.float16, torch.bfloat16)
@@ -35,6 +36,9 @@ sorted_scheme = "auto"
 def check_grad_output(grad_output, value, sampling_locations):
     """The Python check of grad_output: fake tensors, reduced precision on the CPU, and any rank
     but the op's 3 (the binding would also take (N, Lq, M, D), which the op's fake refuses)."""
+    if grad_output.layout is not _STRIDED:
+        raise TypeError(f"grad_output: expected a dense (strided) tensor, got layout "
+                        f"{grad_output.layout}")
     n, _, m, d = value.shape
     expected = (n, sampling_locations.shape[1], m * d)
     if tuple(grad_output.shape) != expected:
@@ -86,17 +90,31 @@ def _unfilled(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 
 def _cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
-    """The five inputs as capsules for the CPU binding."""
-    return (_to_dlpack(_dense_channels(value)), _to_dlpack(_index(spatial_shapes)),
-            _to_dlpack(_index(level_start_index)), _to_dlpack(sampling_locations),
-            _to_dlpack(attention_weights))
+    """The five inputs as capsules for the CPU binding (``exported``: with their sign)."""
+    return (exported(_dense_channels(value)), exported(_index(spatial_shapes)),
+            exported(_index(level_start_index)), exported(sampling_locations),
+            exported(attention_weights))
 
 
 def _cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
     """The five inputs as capsules for the CUDA binding."""
-    return (_to_dlpack(_dense(value)), _to_dlpack(_dense(_index(spatial_shapes))),
-            _to_dlpack(_dense(_index(level_start_index))), _to_dlpack(_dense(sampling_locations)),
-            _to_dlpack(_dense(attention_weights)))
+    return (exported(_dense(value)), exported(_dense(_index(spatial_shapes))),
+            exported(_dense(_index(level_start_index))), exported(_dense(sampling_locations)),
+            exported(_dense(attention_weights)))
+
+
+def _allocated(name: str, shape, make):
+    """``make()``, a new output of `shape`; torch's allocation errors (RuntimeError) become a
+    MemoryError naming the output, or a ValueError where its size does not even fit 64 bits
+    (huge expanded inputs: issue 24)."""
+    try:
+        return make()
+    except RuntimeError as e:
+        numel = math.prod(shape)
+        if numel >= 2**62:
+            raise ValueError(f"{name}: {tuple(shape)} has {numel} elements, more than a tensor "
+                             "can hold (the inputs' sizes multiply beyond 2^62)") from None
+        raise MemoryError(f"{name}: cannot allocate {tuple(shape)}: {e}") from None
 
 
 def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
@@ -113,7 +131,8 @@ def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
         return out.to(sampling_locations.dtype)
     n, _, m, d = value.shape
     # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
-    out = value.new_empty((n, sampling_locations.shape[1], m * d))
+    shape = (n, sampling_locations.shape[1], m * d)
+    out = _allocated("output", shape, lambda: value.new_empty(shape))
     _core.ms_deform_attn_forward(
         *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                      attention_weights), _to_dlpack(out), torch.get_num_threads())
@@ -124,7 +143,7 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if grad_output.dim() != 3:
+    if grad_output.dim() != 3 or grad_output.layout is not _STRIDED:
         check_grad_output(grad_output, value, sampling_locations)
     if value.dtype in _REDUCED:  # as in forward_cpu
         check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
@@ -135,10 +154,13 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
                              attention_weights.to(_FLOAT32))
         return tuple(g.to(t.dtype) for g, t in zip(grads, (value, sampling_locations,
                                                             attention_weights), strict=True))
-    grads = (_empty_like(value), _empty_like(sampling_locations), _empty_like(attention_weights))
+    grads = tuple(_allocated(name, t.shape, lambda t=t: _empty_like(t))
+                  for name, t in (("grad_value", value), ("grad_sampling_locations",
+                                                          sampling_locations),
+                                  ("grad_attention_weights", attention_weights)))
     _core.ms_deform_attn_backward(
         *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                     attention_weights), _to_dlpack(_dense_channels(grad_output)),
+                     attention_weights), exported(_dense_channels(grad_output)),
         *map(_to_dlpack, grads), torch.get_num_threads())
     return grads
 
@@ -153,8 +175,9 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor) -> torch.Tensor:
     n, _, m, d = value.shape
-    out = _unfilled((n, sampling_locations.shape[1], m * d), sampling_locations.dtype,
-                    value.device)
+    shape = (n, sampling_locations.shape[1], m * d)
+    out = _allocated("output", shape,
+                     lambda: _unfilled(shape, sampling_locations.dtype, value.device))
     _core.ms_deform_attn_forward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), _to_dlpack(out), _stream(value))
@@ -230,10 +253,12 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
                   level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                   attention_weights: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if grad_output.dim() != 3:
+    if grad_output.dim() != 3 or grad_output.layout is not _STRIDED:
         check_grad_output(grad_output, value, sampling_locations)
-    grads = tuple(_unfilled(t.shape, t.dtype, t.device)
-                  for t in (value, sampling_locations, attention_weights))
+    grads = tuple(_allocated(name, t.shape, lambda t=t: _unfilled(t.shape, t.dtype, t.device))
+                  for name, t in (("grad_value", value), ("grad_sampling_locations",
+                                                          sampling_locations),
+                                  ("grad_attention_weights", attention_weights)))
     grad_output = _dense(grad_output)
     workspace = bound = flags = None
     if torch.are_deterministic_algorithms_enabled():
@@ -243,6 +268,6 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
         workspace = _reduced_precision_workspace(value, sampling_locations)
     _core.ms_deform_attn_backward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                      attention_weights), _to_dlpack(grad_output), *map(_to_dlpack, grads),
+                      attention_weights), exported(grad_output), *map(_to_dlpack, grads),
         *capsules(workspace, bound, flags), _stream(value), sorted_scheme)
     return grads

@@ -278,9 +278,10 @@ def ms_deform_attn(value: torch.Tensor, spatial_shapes: torch.Tensor,
                     attention_weights)
         try:
             return profiled(_OP, _fast, *args)
-        except BufferError:
+        except (BufferError, RuntimeError):
             # DLPack cannot carry a tensor, so it is not on value's device (it is on the meta
-            # device, say): the checks name it.
+            # device, say), or torch cannot give its data (a sparse or mkldnn layout): the checks
+            # name it. Anything else is raised as it came.
             check_inputs(*args)
             raise
     if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and any(
