@@ -71,7 +71,10 @@ def test_points_outside_and_exactly_on_borders():
     out = ms_deform_attn(value, shapes, starts, loc, attn)
     ref = ms_deform_attn_reference(value, shapes, starts, loc[:, finite], attn[:, finite])
     torch.testing.assert_close(out[:, finite], ref, rtol=0, atol=1e-15)
-    assert torch.equal(out[:, ~finite], torch.zeros_like(out[:, ~finite]))
+    # NaN and +-Inf locations sample NaN, as grid_sample does (issue 24; they read 0 before).
+    assert out[:, ~finite].isnan().all()
+    assert torch.equal(ms_deform_attn_reference(value, shapes, starts, loc, attn).isnan(),
+                       out.isnan())
     # Far outside reads nothing; at loc = 0 (pixel -0.5) a quarter of the corner pixel is read.
     corner = value[0, 0, 0] * 0.25
     at_origin = xs.index(0.0) * len(ys) + ys.index(0.0)
