@@ -21,7 +21,8 @@ from tpa_msda_cases import make_inputs  # noqa: E402
 from tpa_msda_cases import forward_and_grads as grads  # noqa: E402
 
 from turbo_physai.ops import ms_deform_attn, ms_deform_attn_reference  # noqa: E402
-from turbo_physai.ops.quant import fake_quant_fp8  # noqa: E402
+from turbo_physai.ops import quant_reference  # noqa: E402
+from turbo_physai.ops.quant import fake_quant_fp8, fake_quant_int8_per_channel  # noqa: E402
 
 SRC = Path(__file__).parents[2] / "src"
 NAMES = ("value", "spatial_shapes", "level_start_index", "sampling_locations",
@@ -85,12 +86,40 @@ def test_a_negative_view_of_grad_output_gives_the_plain_gradients():
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
 
 
-def test_quant_ops_read_negative_views_with_their_sign():
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_quant_ops_read_negative_views_with_their_sign(contiguous):
+    # A contiguous negative view survives .contiguous() with its bit: the export resolves it.
+    def signed(t):
+        v = torch._neg_view(-t) if contiguous else neg_view(t)
+        assert v.is_neg() and torch.equal(v, t)
+        return v
+
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
     scale = torch.tensor([0.05])
     expected = fake_quant_fp8(x, scale)
-    torch.testing.assert_close(fake_quant_fp8(neg_view(x), scale), expected, rtol=0, atol=0)
-    torch.testing.assert_close(fake_quant_fp8(x, neg_view(scale)), expected, rtol=0, atol=0)
+    torch.testing.assert_close(fake_quant_fp8(signed(x), scale), expected, rtol=0, atol=0)
+    torch.testing.assert_close(fake_quant_fp8(x, signed(scale)), expected, rtol=0, atol=0)
+    torch.testing.assert_close(fake_quant_int8_per_channel(signed(x)),
+                               fake_quant_int8_per_channel(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout", ["sparse", "mkldnn"])
+def test_quant_ops_take_sparse_and_mkldnn_inputs_as_the_reference_does(layout):
+    # The quantization slots promise the reference's outcome, errors included: such tensors go
+    # to the reference's steps instead of reaching the kernels' data pointers.
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(4))
+    x = x.to_sparse() if layout == "sparse" else x.to_mkldnn()
+    for ours, theirs in ((fake_quant_fp8, quant_reference.fake_quant_fp8),
+                         (fake_quant_int8_per_channel,
+                          quant_reference.fake_quant_int8_per_channel)):
+        args = (x, torch.tensor([0.05])) if ours is fake_quant_fp8 else (x,)
+        try:
+            expected = theirs(*args)
+        except Exception as e:  # noqa: BLE001 - the kind of error is what is compared
+            with pytest.raises(type(e)):
+                ours(*args)
+        else:
+            torch.testing.assert_close(ours(*args), expected)
 
 
 # --- item 12: NaN and +-Inf locations and weights ----------------------------------------------
@@ -119,6 +148,42 @@ def test_non_finite_points_give_the_reference_nan_pattern(where, bad, dtype):
     assert_same_nan_pattern(out, ref_out)
     for mine, theirs in zip(g, ref_g, strict=True):
         assert_same_nan_pattern(mine, theirs)
+
+
+CUDA = torch.cuda.is_available() and hasattr(__import__("turbo_physai")._core,
+                                               "ms_deform_attn_forward_cuda")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA build and a GPU")
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("where", ["x", "y", "both", "weight", "weight_outside"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_points_on_cuda_give_the_reference_nan_pattern(where, bad, dtype,
+                                                                  deterministic):
+    # The CUDA kernels follow the CPU's rules (unusual.h); the float64 CPU reference decides.
+    value, shapes, starts, loc, attn = make_inputs(d=8, seed=4)
+    loc, attn = loc.clone(), attn.clone()
+    if where in ("x", "both"):
+        loc[0, 1, 0, 1, 2, 0] = bad
+    if where in ("y", "both"):
+        loc[0, 1, 0, 1, 2, 1] = bad
+    if where.startswith("weight"):
+        attn[1, 2, 1, 0, 0] = bad
+        loc[1, 2, 1, 0, 0] = 0.5 if where == "weight" else 3.0
+    g64 = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ref_out, ref_g = grads(ms_deform_attn_reference, (value, shapes, starts, loc, attn),
+                           grad_output=g64)
+    cuda = [t.cuda().to(dtype) if t.is_floating_point() else t.cuda()
+            for t in (value, shapes, starts, loc, attn)]
+    torch.use_deterministic_algorithms(deterministic)  # the sorted/fixed-point paths too
+    try:
+        out, g = grads(ms_deform_attn, cuda, grad_output=g64.cuda().to(dtype))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for mine, theirs in zip((out, *g), (ref_out, *ref_g), strict=True):
+        for kind in (torch.isnan, torch.isposinf, torch.isneginf):
+            assert torch.equal(kind(mine.cpu()), kind(theirs)), kind.__name__
 
 
 # --- item 13: empty work, and Ctrl-C -----------------------------------------------------------

@@ -262,6 +262,48 @@ __device__ inline float3 point_gradients(const BackwardArgs<V, P> &a, const Poin
     return make_float3(d_weight, d_x, d_y);
 }
 
+/// The gradients of a point with a non-finite location (kNaNRow) or a non-finite weight with
+/// corners in the map, as grid_sample's formulation gives them (unusual.h): computed by the lane
+/// that prepared the point, over all D channels, off the common path (only such points come
+/// here). `row`: the point's output row; `d_*`: the common path's values, replaced.
+template <typename V, typename P>
+__device__ __forceinline__ void unusual_gradients(const BackwardArgs<V, P> &a, const Point &pt,
+                                               const PointGrad &pg, const Level &lv,
+                                               std::int64_t at, std::int64_t row,
+                                               const Head &h, float &d_attn, float &d_x,
+                                               float &d_y) {
+    const std::int64_t D = a.s.channels;
+    const P *g = a.grad_out + row * D;
+    if (pt.row[0] == kNaNRow) {
+        const float x = to_float(a.loc[2 * at]) * static_cast<float>(lv.w) - 0.5f;
+        const float y = to_float(a.loc[2 * at + 1]) * static_cast<float>(lv.h) - 0.5f;
+        float zero = 0.f;  // 0, or NaN where some attn * grad_output term is not finite
+        for (std::int64_t d = 0; d < D; ++d)
+            zero += 0.f * (pg.attn * to_float(g[d]));
+        const float nan = __int_as_float(0x7fc00000);
+        d_x = isfinite(y) ? zero : nan;
+        d_y = isfinite(x) ? zero : nan;
+        d_attn = nan;
+        return;
+    }
+    // Channel by channel, as grid_sample sums a +-Inf-scaled location gradient.
+    const std::int64_t row_elements = a.s.heads * D;
+    const V *column = a.value + (h.n * a.s.value_len * a.s.heads + h.m) * D;
+    const float gx = 1.f - pg.fx, gy = 1.f - pg.fy;
+    float sx = 0.f, sy = 0.f;
+    for (std::int64_t d = 0; d < D; ++d) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            v[k] = pg.inside >> k & 1u ? to_float(column[pt.row[k] * row_elements + d]) : 0.f;
+        const float scaled = pg.attn * to_float(g[d]);
+        sx += ((v[1] - v[0]) * gy + (v[3] - v[2]) * pg.fy) * scaled;
+        sy += ((v[2] - v[0]) * gx + (v[3] - v[1]) * pg.fx) * scaled;
+    }
+    d_x = sx * static_cast<float>(lv.w);
+    d_y = sy * static_cast<float>(lv.h);
+}
+
 // 3 blocks of 8 warps per SM (at most 80 registers), measured 7-16% faster fwd+bwd in float32
 // than the compiler's choice of 2 (H200, issue 6 shapes). Recording sorted entries (no atomics:
 // bound by its own issue rate) runs at 4 (64 registers, float32 spills 24-36 bytes): 0.6-3.4%
@@ -334,11 +376,18 @@ __global__ void __launch_bounds__(kThreads, is_sorted(kMode) ? 4 : 3)
                 __syncwarp();
                 if (prepares) {  // each lane writes its own point's gradients: coalesced
                     const float4 totals = totals_of[ln.lane];
-                    const std::int64_t at =
-                        h.row(q0 + ln.prep_row, a.s) * points + base + ln.prep_k;
-                    a.grad_attn[at] = from_float<P>(totals.x);
-                    a.grad_loc[2 * at] = from_float<P>(scale_x * totals.y);
-                    a.grad_loc[2 * at + 1] = from_float<P>(scale_y * totals.z);
+                    const std::int64_t row = h.row(q0 + ln.prep_row, a.s);
+                    const std::int64_t at = row * points + base + ln.prep_k;
+                    float d_attn = totals.x, d_x = scale_x * totals.y, d_y = scale_y * totals.z;
+                    // Its own table entries, read back (no registers held across the loops).
+                    const Point &pt = points_of[ln.lane];
+                    const PointGrad &pg = grads_of[ln.lane];
+                    if (pt.row[0] == kNaNRow || (pt.row[0] >= 0 && !isfinite(pg.attn)))
+                        unusual_gradients(a, pt, pg, levels[ln.level(a.s, base)], at, row, h,
+                                          d_attn, d_x, d_y);
+                    a.grad_attn[at] = from_float<P>(d_attn);
+                    a.grad_loc[2 * at] = from_float<P>(d_x);
+                    a.grad_loc[2 * at + 1] = from_float<P>(d_y);
                 }
                 __syncwarp();  // the tables are rewritten for the next 32 points
             }

@@ -207,6 +207,16 @@ struct alignas(16) Point {
     float weight[4];  ///< bilinear weights, 0 for corners outside the map
 };
 
+/// Point::row[0] of a point outside the map (or on an empty level): it samples 0.
+constexpr int kOutsideRow = -1;
+/// Point::row[0] of a point that samples NaN: a NaN or +-Inf location (grid_sample's bilinear
+/// weights are NaN there) and, in the forward's table, a NaN weight or a +-Inf one times 0.
+constexpr int kNaNRow = -2;
+/// In the forward's table, Point::row[0] = kScaledRow - row0 marks a +-Inf weight with corners
+/// in the map: its weights are sign(a) * bilinear, and the row adds +Inf * their sum (a * S, as
+/// grid_sample's formulation computes it: unusual.h).
+constexpr int kScaledRow = -3;
+
 /// What the backward needs of a point beyond `Point`: the bilinear fractions (for the location
 /// derivative), the attention weight and which corners lie inside the map.
 struct alignas(16) PointGrad {
@@ -229,7 +239,8 @@ __device__ inline void corners_of(float loc_x, float loc_y, const Level &lv, Poi
     const bool any = lv.w > 0 && lv.h > 0 && x >= -1.f && y >= -1.f &&
                      x < static_cast<float>(lv.w) && y < static_cast<float>(lv.h);
     if (!any) {
-        pt = Point{{-1, 0, 0, 0}, {0.f, 0.f, 0.f, 0.f}};
+        const int row = isfinite(x) && isfinite(y) ? kOutsideRow : kNaNRow;
+        pt = Point{{row, 0, 0, 0}, {0.f, 0.f, 0.f, 0.f}};
         pg = PointGrad{0.f, 0.f, 0.f, 0u};
         return;
     }

@@ -18,15 +18,57 @@ struct ForwardArgs {
 
 constexpr size_t kTablesBytes = warp_tables_bytes<Point>();
 
+/// A table entry with a non-finite location or weight (prepared by `unusual_entry`): NaN, or +Inf
+/// times the bilinear sum of its corners. Off the common path: only such points come here.
+template <typename T, int VEC>
+__device__ inline void gather_unusual(Point pt, const T *column, unsigned row_bytes,
+                                            float (&acc)[VEC]) {
+    if (pt.row[0] == kNaNRow) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+            acc[i] += __int_as_float(0x7fc00000);
+        return;
+    }
+    pt.row[0] = kScaledRow - pt.row[0];
+    float sum[VEC] = {};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float v[VEC];
+        load<T, VEC>(row_at(column, pt.row[k], row_bytes), v);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+            sum[i] += pt.weight[k] * v[i];
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i)
+        acc[i] += __int_as_float(0x7f800000) * sum[i];
+}
+
+/// The table entry of a point with a non-finite weight `attn` or location (kNaNRow already):
+/// NaN * S and +-Inf * 0 sample NaN; +-Inf with corners in the map is scaled (kScaledRow).
+__device__ inline void unusual_entry(Point &pt, float attn) {
+    if (pt.row[0] < 0 || isnan(attn)) {
+        pt.row[0] = kNaNRow;
+        return;
+    }
+    pt.row[0] = kScaledRow - pt.row[0];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        pt.weight[k] = attn > 0.f ? pt.weight[k] : -pt.weight[k];
+}
+
 /// Adds the points of `table[j]`, j = first, first + step, ... < count, on this lane's VEC channels
 /// of `column` (value[n, :, m, c:c+VEC], rows `row_bytes` apart).
 template <typename T, int VEC>
 __device__ inline void gather(const Point *table, int first, int step, int count, const T *column,
                               unsigned row_bytes, float (&acc)[VEC]) {
+    bool unusual = false;
     for (int j = first; j < count; j += step) {
         const Point pt = table[j];  // the lanes of a group read one entry: a broadcast
-        if (pt.row[0] < 0)
+        if (pt.row[0] < 0) {
+            unusual |= pt.row[0] != kOutsideRow;
             continue;
+        }
         // ptxas starts on the first row before requesting the other three; a software-pipelined
         // variant (the next point's rows requested first) measured 5-10% slower on the H200, and
         // so did this loop unrolled 2 or 4 times (with or without the branch; 0.31 vs 0.27 ms
@@ -41,6 +83,12 @@ __device__ inline void gather(const Point *table, int first, int step, int count
             for (int i = 0; i < VEC; ++i)
                 acc[i] += pt.weight[k] * v[k][i];
     }
+    // Points with a non-finite location or weight, in a pass of their own so that the loop above
+    // stays as it was (registers, no spills) for finite points.
+    if (unusual)
+        for (int j = first; j < count; j += step)
+            if (table[j].row[0] < kOutsideRow)
+                gather_unusual<T, VEC>(table[j], column, row_bytes, acc);
 }
 
 /// A warp computes `rows_per_warp` consecutive queries of one head: lane l prepares point
@@ -77,9 +125,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs<V, P> a) 
                             PointGrad pg;
                             prepare_point(a.loc, a.attn, h.row(q0 + ln.prep_row, a.s), points,
                                           base + ln.prep_k, ln.level(a.s, base), levels, pt, pg);
+                            if (pt.row[0] < kOutsideRow || !isfinite(pg.attn)) {
+                                unusual_entry(pt, pg.attn);
+                            } else {
 #pragma unroll
-                            for (int k = 0; k < 4; ++k)
-                                pt.weight[k] *= pg.attn;
+                                for (int k = 0; k < 4; ++k)
+                                    pt.weight[k] *= pg.attn;
+                            }
                             table[ln.lane] = pt;
                         }
                         __syncwarp();

@@ -18,6 +18,7 @@ from turbo_physai.ops._eager import dispatcher_needed
 
 _Tensor = torch.Tensor
 _FLOAT32 = torch.float32
+_STRIDED = torch.strided
 
 __all__ = ["call", "define", "fast", "grad_needed", "native", "portable_only"]
 
@@ -31,14 +32,14 @@ def portable_only() -> bool:
 
 
 def native(*tensors: torch.Tensor | None, cuda: bool = True) -> bool:
-    """True where the kernels take these tensors as they are: float32 tensors on the CPU (or
-    CUDA, where the op has CUDA kernels), all on one device. None entries are skipped."""
+    """True where the kernels take these tensors as they are: dense float32 tensors on the CPU
+    (or CUDA, where the op has CUDA kernels), all on one device. None entries are skipped."""
     device = None
     for t in tensors:
         if t is None:
             continue
-        if not isinstance(t, _Tensor) or t.dtype is not _FLOAT32:
-            return False
+        if not isinstance(t, _Tensor) or t.dtype is not _FLOAT32 or t.layout is not _STRIDED:
+            return False  # (sparse and mkldnn tensors: the reference's steps decide, issue 24)
         if device is None:
             device = t.device
             if not (t.is_cpu or (cuda and t.is_cuda)):
