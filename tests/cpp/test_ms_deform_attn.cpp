@@ -1,6 +1,7 @@
 // tests/cpp/test_ms_deform_attn.cpp: hand-checked values, borders, gradients, determinism of MSDA.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "ms_deform_attn/ms_deform_attn.h"
+#include "turbo_physai/interrupt.h"
 
 namespace msda = turbo_physai::kernels::msda;
 
@@ -110,8 +112,65 @@ TEST(MsDeformAttn, BordersUseZeroPadding) {
     EXPECT_EQ(at(-0.25, 0.5), 0.0);             // x = -1: its inside corner has weight 0
     EXPECT_EQ(at(-0.3, 0.5), 0.0);              // x < -1: no corner inside
     EXPECT_EQ(at(0.5, 7.0), 0.0);
-    EXPECT_EQ(at(std::nan(""), 0.5), 0.0);      // NaN touches nothing
+    EXPECT_TRUE(std::isnan(at(std::nan(""), 0.5)));  // grid_sample's NaN weights (issue 24)
+    EXPECT_TRUE(std::isnan(at(0.5, -HUGE_VAL)));
     EXPECT_EQ(at(0.5, -1e30), 0.0);             // far outside: no integer overflow
+}
+
+TEST(MsDeformAttn, NonFinitePointsFollowGridSample) {
+    // A NaN location: row NaN; weight gradient NaN; location gradient NaN in the coordinate
+    // whose other coordinate is not finite, 0 in the other; nothing added to grad_value.
+    Case c(1, 1, 2, 2, 1, {2, 2});
+    c.value = {1, 2, 3, 4, 5, 6, 7, 8};
+    c.loc = {std::nan(""), 0.5, 0.5, 0.5};
+    const std::vector<double> out = c.forward();
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+    EXPECT_DOUBLE_EQ(out[2], 4.0);  // the other query is untouched
+    const std::vector<double> g = c.backward({1, 1, 0, 0});
+    for (int i = 0; i < 8; ++i)
+        EXPECT_EQ(g[i], 0.0) << i;  // grad_value: the NaN point adds nothing, query 1 has g = 0
+    EXPECT_EQ(g[8], 0.0);           // d x: y is finite
+    EXPECT_TRUE(std::isnan(g[9]));  // d y: x is not
+    EXPECT_TRUE(std::isnan(g[12])); // d weight
+    // A +Inf weight outside the map: Inf * 0 = NaN; inside: +-Inf times the bilinear sample.
+    c.loc = {3.0, 0.5, 0.5, 0.5};
+    c.attn = {HUGE_VAL, -HUGE_VAL};
+    const std::vector<double> scaled = c.forward();
+    EXPECT_TRUE(std::isnan(scaled[0]) && std::isnan(scaled[1]));
+    EXPECT_EQ(scaled[2], -HUGE_VAL);
+    EXPECT_EQ(scaled[3], -HUGE_VAL);
+}
+
+TEST(MsDeformAttn, EmptyOutputReturnsWithoutVisitingPoints) {
+    // D = 0 with 2^40 queries whose locations are one element (stride 0): returns at once.
+    Case c(1, 1, 0, 1, 1, {2, 2});
+    msda::Problem p = c.problem();
+    p.queries = std::int64_t{1} << 40;
+    msda::Inputs<double> in = c.inputs();
+    in.sampling_locations.stride[1] = 0;
+    in.attention_weights.stride[1] = 0;
+    double out = 0;
+    msda::forward<double>(p, in, {&out, {0, 0, 0, 1}}, 0);
+    EXPECT_EQ(out, 0.0);  // nothing written
+}
+
+TEST(MsDeformAttn, AStopFlagEndsTheCallWithInterrupted) {
+    Case c(1, 1, 4, 64, 4, {4, 4});
+    c.randomize(2);
+    std::atomic<bool> stop{true};
+    msda::Problem p = c.problem();
+    p.stop = &stop;
+    std::vector<double> out(c.N * c.Lq * c.M * c.D), g(out.size(), 1.0);
+    EXPECT_THROW(msda::forward<double>(p, c.inputs(), {out.data(), {c.Lq * c.D, c.D, c.D, 1}}, 0),
+                 turbo_physai::Interrupted);
+    std::vector<double> gv(c.value.size()), gl(c.loc.size()), ga(c.attn.size());
+    const msda::Inputs<double> in = c.inputs();
+    EXPECT_THROW(msda::backward<double>(p, in, {g.data(), {c.Lq * c.D, c.D, c.D, 1}},
+                                        {{gv.data(), in.value.stride},
+                                         {gl.data(), in.sampling_locations.stride},
+                                         {ga.data(), in.attention_weights.stride}},
+                                        0),
+                 turbo_physai::Interrupted);
 }
 
 TEST(MsDeformAttn, LevelsHeadsAndBatchesIndexTheirOwnSlices) {
