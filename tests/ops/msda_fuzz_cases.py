@@ -22,18 +22,35 @@ import sys
 
 import torch
 
-NAMES = ("value", "spatial_shapes", "level_start_index", "sampling_locations",
-         "attention_weights", "grad_output", "output", "grad_value", "grad_sampling_locations",
-         "grad_attention_weights")
+NAMES = (
+    "value",
+    "spatial_shapes",
+    "level_start_index",
+    "sampling_locations",
+    "attention_weights",
+    "grad_output",
+    "output",
+    "grad_value",
+    "grad_sampling_locations",
+    "grad_attention_weights",
+)
 FLOATS = (torch.float64, torch.float32)
-ODD_DTYPES = (torch.int64, torch.int32, torch.bool, torch.complex64, torch.uint8, torch.float16,
-              torch.bfloat16)
+ODD_DTYPES = (
+    torch.int64,
+    torch.int32,
+    torch.bool,
+    torch.complex64,
+    torch.uint8,
+    torch.float16,
+    torch.bfloat16,
+)
 ARGS = ("value", "spatial_shapes", "level_start_index", "sampling_locations", "attention_weights")
 HUGE = 2**40
 
 
-def base(rng: random.Random, dtype=torch.float64, n=None, lq=None, m=None, d=None, p=None,
-         levels=None):
+def base(
+    rng: random.Random, dtype=torch.float64, n=None, lq=None, m=None, d=None, p=None, levels=None
+):
     """Well-formed inputs of random small sizes (values in [-0.2, 1.2]: some points outside)."""
     n = rng.randint(1, 2) if n is None else n
     lq = rng.randint(1, 4) if lq is None else lq
@@ -49,8 +66,13 @@ def base(rng: random.Random, dtype=torch.float64, n=None, lq=None, m=None, d=Non
     value = torch.randn(n, s, m, d, generator=gen, dtype=dtype)
     loc = torch.rand(n, lq, m, len(levels), p, 2, generator=gen, dtype=dtype) * 1.4 - 0.2
     attn = torch.rand(n, lq, m, len(levels), p, generator=gen, dtype=dtype)
-    return {"value": value, "spatial_shapes": shapes, "level_start_index": starts,
-            "sampling_locations": loc, "attention_weights": attn}
+    return {
+        "value": value,
+        "spatial_shapes": shapes,
+        "level_start_index": starts,
+        "sampling_locations": loc,
+        "attention_weights": attn,
+    }
 
 
 def _neg_view(t):
@@ -72,6 +94,7 @@ def _non_finite(rng):
 
 
 # --- the generators: (rng) -> (kind, inputs dict, grad_output transform or None) ---------------
+
 
 def gen_dtype(rng):
     a = base(rng)
@@ -108,8 +131,9 @@ def gen_strides(rng):
     """Views that are valid inputs: permuted strides, steps, expanded (stride 0) dimensions,
     storage offsets; the op must give the reference's result."""
     a = base(rng, dtype=rng.choice(FLOATS))
-    name = rng.choice(("value", "sampling_locations", "attention_weights", "spatial_shapes",
-                       "level_start_index"))
+    name = rng.choice(
+        ("value", "sampling_locations", "attention_weights", "spatial_shapes", "level_start_index")
+    )
     t = a[name]
     how = rng.choice(("transposed", "step", "expand", "offset"))
     if how == "transposed" and t.dim() >= 2:
@@ -224,9 +248,23 @@ def gen_grad_output(rng):
     return "grad_output:dtype", a, lambda g: g.to(torch.float16)
 
 
-GENERATORS = (gen_dtype, gen_device, gen_layout, gen_strides, gen_neg, gen_conj, gen_non_finite,
-              gen_non_finite, gen_empty, gen_empty_levels, gen_huge, gen_shapes, gen_shapes,
-              gen_not_tensor, gen_grad_output)
+GENERATORS = (
+    gen_dtype,
+    gen_device,
+    gen_layout,
+    gen_strides,
+    gen_neg,
+    gen_conj,
+    gen_non_finite,
+    gen_non_finite,
+    gen_empty,
+    gen_empty_levels,
+    gen_huge,
+    gen_shapes,
+    gen_shapes,
+    gen_not_tensor,
+    gen_grad_output,
+)
 
 
 def case(i: int):
@@ -236,17 +274,23 @@ def case(i: int):
 
 # --- running one case and judging it ----------------------------------------------------------
 
+
 def names_argument(e: BaseException) -> bool:
     return isinstance(e, (TypeError, ValueError, MemoryError)) and any(
-        str(e).startswith(n) or f" {n}" in str(e) or f"{n}[" in str(e) for n in NAMES)
+        str(e).startswith(n) or f" {n}" in str(e) or f"{n}[" in str(e) for n in NAMES
+    )
 
 
 def _leaves(a):
     out = {}
     for k, t in a.items():
-        if isinstance(t, torch.Tensor) and t.layout is torch.strided and t.is_floating_point() \
-                and t.device.type == "cpu" and k in ("value", "sampling_locations",
-                                                     "attention_weights"):
+        if (
+            isinstance(t, torch.Tensor)
+            and t.layout is torch.strided
+            and t.is_floating_point()
+            and t.device.type == "cpu"
+            and k in ("value", "sampling_locations", "attention_weights")
+        ):
             t = t.detach().requires_grad_()
         out[k] = t
     return out
@@ -256,8 +300,11 @@ def run(fn, a, grad_transform):
     """fn's output and the gradients of its floating inputs (None where not differentiable)."""
     a = _leaves(a)
     out = fn(*(a[k] for k in ARGS))
-    leaves = [a[k] for k in ("value", "sampling_locations", "attention_weights")
-              if isinstance(a[k], torch.Tensor) and a[k].requires_grad]
+    leaves = [
+        a[k]
+        for k in ("value", "sampling_locations", "attention_weights")
+        if isinstance(a[k], torch.Tensor) and a[k].requires_grad
+    ]
     if not leaves or out.numel() > 10**6:
         return out.detach(), None, None
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
@@ -283,16 +330,21 @@ def without_empty_levels(a):
     """The inputs without their empty levels (they sample zeros): grid_sample refuses them."""
     keep = (a["spatial_shapes"].prod(1) > 0).nonzero().flatten()
     shapes = a["spatial_shapes"][keep]
-    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])[:len(keep)]
-    return {"value": a["value"], "spatial_shapes": shapes, "level_start_index": starts,
-            "sampling_locations": a["sampling_locations"][:, :, :, keep],
-            "attention_weights": a["attention_weights"][:, :, :, keep]}
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])[: len(keep)]
+    return {
+        "value": a["value"],
+        "spatial_shapes": shapes,
+        "level_start_index": starts,
+        "sampling_locations": a["sampling_locations"][:, :, :, keep],
+        "attention_weights": a["attention_weights"][:, :, :, keep],
+    }
 
 
 def judge(i: int) -> dict:
     import sys as _sys
 
     import turbo_physai.ops.ms_deform_attn  # noqa: F401
+
     op = _sys.modules["turbo_physai.ops.ms_deform_attn"]
     try:
         kind, a, grad_transform = case(i)
@@ -342,8 +394,9 @@ def judge(i: int) -> dict:
         # they may differ in NaN against +-Inf (docs/reliability.md); they are compared on the
         # other queries only. The value gradient is IEEE-exact either way.
         rows = torch.isfinite(mine[2]).all(-1)  # (N, Lq)
-        for name, x, y in zip(("grad_value", "grad_loc", "grad_attn"), mine[1], ref[1],
-                              strict=True):
+        for name, x, y in zip(
+            ("grad_value", "grad_loc", "grad_attn"), mine[1], ref[1], strict=True
+        ):
             if name != "grad_value":
                 x, y = x[rows], y[rows]
             why = same(x, y) and f"{name}: {same(x, y)}"

@@ -25,13 +25,22 @@ TIMEOUT_S = 60
 
 
 def _run(first, last, timeout):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     try:
-        done = subprocess.run([sys.executable, str(HERE / "msda_fuzz_cases.py"), str(first),
-                               str(last)], capture_output=True, text=True, timeout=timeout,
-                              env=env)
+        done = subprocess.run(
+            [sys.executable, str(HERE / "msda_fuzz_cases.py"), str(first), str(last)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     except subprocess.TimeoutExpired as e:
         return None, f"hung (> {timeout} s)", e.stdout or ""
     if done.returncode != 0:
@@ -52,8 +61,11 @@ def test_every_odd_input_is_named_or_computed_as_the_reference_does():
                     results += one
         else:
             results += batch
-    failures += [f"case {r['case']} ({r['kind']}): {r['outcome']}" for r in results
-                 if r["outcome"].startswith("FAIL")]
+    failures += [
+        f"case {r['case']} ({r['kind']}): {r['outcome']}"
+        for r in results
+        if r["outcome"].startswith("FAIL")
+    ]
     assert not failures, "\n".join(failures)
     outcomes = [r["outcome"] for r in results]
     assert len(results) == CASES
