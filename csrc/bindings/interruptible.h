@@ -14,9 +14,12 @@
 namespace turbo_physai::bindings {
 
 /// Work (multiply-adds and elements written) from which a call is polled for signals: about
-/// 20-100 ms of one core. Smaller calls run on the caller's thread as before (a helper thread
-/// costs tens of microseconds); they end well within the second that a Ctrl-C may wait.
-constexpr double kPolledWork = 1 << 26;
+/// 0.4 s of one core (the forward runs about 10^10 a second on one AVX-512 core of the dev box).
+/// Smaller calls run on the caller's thread as before and end within the second a Ctrl-C may
+/// wait. Why not every call: the helper thread gets an OpenMP team of its own, created for it
+/// (threads started per call) and competing with the spinning workers of torch's team, which
+/// parallel_for otherwise shares (parallel.cpp); on calls this long that costs well under 1%.
+constexpr double kPolledWork = 4294967296.0;  // 2^32
 
 /// How often the caller looks for a signal while a polled call runs.
 constexpr std::chrono::milliseconds kPollInterval{50};
