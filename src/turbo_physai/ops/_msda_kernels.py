@@ -103,6 +103,19 @@ def _cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations, a
             exported(_dense(attention_weights)))
 
 
+def _float32(t: torch.Tensor) -> torch.Tensor:
+    """A float16/bfloat16 input in float32 for the CPU kernel. Dimensions expanded with stride 0
+    stay expanded (the kernels read any strides): a huge expanded input is converted at the size
+    of its data, not of its shape (``.to()`` would materialize it: 2^40 expanded queries)."""
+    expanded = [d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1]
+    if not expanded:
+        return t.to(_FLOAT32)
+    base = t
+    for d in expanded:
+        base = base.narrow(d, 0, 1)
+    return base.to(_FLOAT32).expand(t.shape)
+
+
 def _allocated(name: str, shape, make):
     """``make()``, a new output of `shape`; torch's allocation errors (RuntimeError) become a
     MemoryError naming the output, or a ValueError where its size does not even fit 64 bits
@@ -126,8 +139,8 @@ def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
         # dtype (value's, or float32 with mixed precision).
         check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                      attention_weights)
-        out = forward_cpu(value.to(_FLOAT32), spatial_shapes, level_start_index,
-                          sampling_locations.to(_FLOAT32), attention_weights.to(_FLOAT32))
+        out = forward_cpu(_float32(value), spatial_shapes, level_start_index,
+                          _float32(sampling_locations), _float32(attention_weights))
         return out.to(sampling_locations.dtype)
     n, _, m, d = value.shape
     # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
@@ -149,9 +162,9 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
         check_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                      attention_weights)
         check_grad_output(grad_output, value, sampling_locations)
-        grads = backward_cpu(grad_output.to(_FLOAT32), value.to(_FLOAT32), spatial_shapes,
-                             level_start_index, sampling_locations.to(_FLOAT32),
-                             attention_weights.to(_FLOAT32))
+        grads = backward_cpu(_float32(grad_output), _float32(value), spatial_shapes,
+                             level_start_index, _float32(sampling_locations),
+                             _float32(attention_weights))
         return tuple(g.to(t.dtype) for g, t in zip(grads, (value, sampling_locations,
                                                             attention_weights), strict=True))
     grads = tuple(_allocated(name, t.shape, lambda t=t: _empty_like(t))
