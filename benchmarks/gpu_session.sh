@@ -10,7 +10,8 @@
 # Wheels in .whl/ (py3.12; see docs/performance-notes.md) are installed with --no-deps into
 # /tmp/site; a transformers wheel among them goes to its own folder and is used only for the
 # second test pass (TESTS_CARRIED, default tests/catalogs). Logs and every result file the run
-# writes come back as $OUT/gpu_session.tar.gz; the summary is printed last.
+# writes come back as $OUT/gpu_session.tar.gz; the summary is printed last. PYTEST_ARGS go to
+# both test passes (e.g. "-n 4": the GPU is shared by the workers).
 set -uo pipefail
 OUT=${OUT:-$PWD/build/gpu-out}
 mkdir -p "$OUT" build
@@ -47,7 +48,8 @@ EOF
 run_tests() {  # name, extra PYTHONPATH, paths...
     local name=$1 extra=$2
     shift 2
-    PYTHONPATH=$extra$PYTHONPATH python3 -m pytest "$@" -q -p no:cacheprovider -rfE \
+    # shellcheck disable=SC2086
+    PYTHONPATH=$extra$PYTHONPATH python3 -m pytest "$@" ${PYTEST_ARGS:-} -q -p no:cacheprovider -rfE \
         --junitxml="$logs/pytest-$name.xml" >"$logs/pytest-$name.log" 2>&1
     note "pytest $name ($*): $(tail -1 "$logs/pytest-$name.log")"
     grep -E '^(FAILED|ERROR) ' "$logs/pytest-$name.log" | head -20
