@@ -25,6 +25,8 @@ BUILTIN: tuple[str, ...] = (
     f"{_OPT}.models.openvla.catalog",
     "turbo_physai.catalogs.transformers",
     "turbo_physai.catalogs.timm",
+    "turbo_physai.catalogs.ultralytics",
+    "turbo_physai.catalogs.rfdetr",
 )
 
 #: Names a config may use in ``optimization_modules`` for several built-in catalogs.

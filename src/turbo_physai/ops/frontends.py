@@ -12,6 +12,10 @@
   points of all levels are concatenated in one axis. It serves the ``"default"`` method with the
   same number of points on every level only; :func:`v2_supported` says when a call is such
   (use it as the ``runtime_condition``: other calls go to transformers' own code).
+- :func:`ultralytics_function`: Ultralytics' ``multi_scale_deformable_attn_pytorch`` (RT-DETR),
+  levels and points folded into one axis as in v2.
+- :func:`rfdetr_function`: Roboflow RF-DETR's ``ms_deform_attn_core_pytorch``: value as
+  ``(N, M, D, S)``, locations folded (export) or not (eager).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from turbo_physai import kernels
 from turbo_physai.ops.ms_deform_attn import _backward_op, check_inputs, ms_deform_attn
 
 __all__ = ["MultiScaleDeformableAttention", "ms_deform_attn_backward", "ms_deform_attn_forward",
-           "transformers_forward", "transformers_function", "transformers_function_v2",
-           "v2_supported"]
+           "rfdetr_function", "transformers_forward", "transformers_function",
+           "transformers_function_v2", "ultralytics_function", "v2_supported"]
 
 
 def _msda(*args):
@@ -94,8 +98,40 @@ def transformers_function_v2(value, value_spatial_shapes, sampling_locations, at
     op's ``(..., L, P, ...)`` layout."""
     del method  # "default" (v2_supported): bilinear sampling, the op's own
     shapes, starts = _levels(value_spatial_shapes, value.device)
-    n, lq, m, _, _ = sampling_locations.shape
-    levels, points = len(num_points_list), num_points_list[0]
+    return _msda_folded(value, shapes, starts, sampling_locations, attention_weights)
+
+
+def ultralytics_function(value, value_spatial_shapes, sampling_locations, attention_weights):
+    """Ultralytics' ``multi_scale_deformable_attn_pytorch`` (its RT-DETR's ``MSDeformAttn``):
+    value ``(N, S, M, D)``, shapes a list of ``(H, W)``, locations ``(N, Lq, M, L*P, 2)`` and
+    weights ``(N, Lq, M, L*P)``, level-major (it splits the folded axis in runs of P)."""
+    shapes, starts = _levels(value_spatial_shapes, value.device)
+    return _msda_folded(value, shapes, starts, sampling_locations, attention_weights)
+
+
+def rfdetr_function(value, value_spatial_shapes, sampling_locations, attention_weights,
+                    value_spatial_shapes_hw=None):
+    """RF-DETR's ``ms_deform_attn_core_pytorch``: value ``(N, M, D, S)``, weights
+    ``(N, Lq, M, L*P)``, locations ``(N, Lq, M, L, P, 2)`` (eager) or ``(N, Lq, M, L*P, 2)``
+    (its export mode), level-major. The Python ``(H, W)`` pairs, when given, are used for the
+    level metadata (cached, no device work per call), as RF-DETR uses them."""
+    shapes = value_spatial_shapes if value_spatial_shapes_hw is None else value_spatial_shapes_hw
+    shapes, starts = _levels(shapes, value.device)
+    # A view with heads and channels strided by S; the kernels make it dense where they need it.
+    value = value.permute(0, 3, 1, 2)
+    return _msda_folded(value, shapes, starts, sampling_locations, attention_weights)
+
+
+def _msda_folded(value, shapes, starts, sampling_locations, attention_weights):
+    """The op on weights ``(N, Lq, M, L*P)`` and locations ``(N, Lq, M, L*P, 2)`` or
+    ``(N, Lq, M, L, P, 2)``: level-major, the same number of points on every level, so both
+    are views of the op's layout."""
+    n, lq, m, total = attention_weights.shape
+    levels = shapes.shape[0]
+    if total % levels:
+        raise ValueError(f"attention_weights: {total} points in all cannot be split evenly over "
+                         f"{levels} levels")
+    points = total // levels
     loc = sampling_locations.reshape(n, lq, m, levels, points, 2)
     weights = attention_weights.reshape(n, lq, m, levels, points)
     return _msda(value, shapes, starts, loc, weights)

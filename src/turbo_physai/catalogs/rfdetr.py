@@ -1,0 +1,34 @@
+"""Roboflow RF-DETR catalog: our ``ms_deform_attn`` op in every RF-DETR model (detection,
+segmentation, keypoints: all decoders use ``rfdetr.models.ops.modules.MSDeformAttn``).
+
+One group, ``rfdetr.msda``: the pure-PyTorch core ``ms_deform_attn_core_pytorch`` (grid_sample
+per level; RF-DETR has no compiled kernel) replaced by :func:`turbo_physai.ops.frontends.
+rfdetr_function`, with the two copies its package modules import by name (the one in
+``modules/ms_deform_attn.py`` is the one ``MSDeformAttn.forward`` calls). Compatibility is by the
+code of the core and of the grid_sample helper it calls (``optimizations/common/rfdetr/msda.py``).
+See docs/catalogs/rfdetr.md.
+"""
+
+from __future__ import annotations
+
+from ..engine.declarations import group, replace
+
+#: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
+HOST_PACKAGES = ("rfdetr",)
+
+_OPS = "rfdetr.models.ops"
+
+MSDA = group(
+    "rfdetr.msda",
+    replace(
+        target=f"{_OPS}.functions.ms_deform_attn_func.ms_deform_attn_core_pytorch",
+        aliases=(
+            f"{_OPS}.functions.ms_deform_attn_core_pytorch",
+            f"{_OPS}.modules.ms_deform_attn.ms_deform_attn_core_pytorch",
+        ),
+        replacement="turbo_physai.ops.frontends.rfdetr_function",
+    ),
+    compatibility_check="turbo_physai.optimizations.common.rfdetr.msda.check",
+)
+
+GROUPS = (MSDA,)

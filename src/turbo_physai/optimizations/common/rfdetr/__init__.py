@@ -1,0 +1,1 @@
+"""Checks for the Roboflow RF-DETR catalog."""

@@ -1,0 +1,1 @@
+"""Checks for the Ultralytics catalog (RT-DETR)."""
