@@ -4,11 +4,9 @@ the shipped config works through apply, check and ``run --config``; code that is
 validated version is blocked."""
 
 import importlib
-import os
 
 import pytest
 
-os.environ.setdefault("YOLO_OFFLINE", "1")  # the import resolves DNS names unless offline
 torch = pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
