@@ -158,8 +158,8 @@ def run(args: argparse.Namespace, host_name: str, build: Callable[..., object]) 
     header = (f"{host.name} on {args.device}"
               f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''}, "
               f"batch {args.batch}, {tuple(host.images.shape[-2:])} px, "
-              f"{'bfloat16 autocast' if args.amp else 'float32'}; {ROUNDS}x{args.reps} eager runs, "
-              f"{args.reps} compiled")
+              f"{'bfloat16 autocast' if args.amp else 'float32'}; {ROUNDS}x{args.reps} eager runs"
+              f"{'' if args.no_compile else f', {args.reps} compiled'}")
     print(header, file=sys.stderr)
     row = measure(host, reps=args.reps, warmup=args.warmup, compiled=not args.no_compile,
                   amp=args.amp)

@@ -28,7 +28,7 @@ QUICK = {"num_queries": 20, "num_select": 20, "group_detr": 2}
 
 def build(args):
     step = STEP[args.model]
-    side = step if args.quick else args.image // step * step
+    side = 2 * step if args.quick else args.image // step * step
     return hosts_zoo.rfdetr(args.model, side=side, batch=args.batch, device=args.device,
                             **(QUICK if args.quick else {}))
 
