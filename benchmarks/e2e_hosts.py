@@ -4,11 +4,12 @@ and a training step, in one process; a printed table and a JSON file.
 
 Method. Eager: blocks of ``--reps`` timed runs (after ``--warmup`` untimed ones) alternate
 stock / ours ``ROUNDS`` times, applying and rolling back the config between blocks, so a change
-of load hits both sides. Compiled: ``torch.compile`` (default options: inductor) of the model
-method the runs reach (``HostModel.compile``), stock first, then ours (applied before
-compiling, ``torch._dynamo.reset()`` before each); one block each after the warm-up runs, the
-first of which compiles (its wall time is reported as the compile time). A figure is the
-median (and min) of a side's timed runs, each synchronized on CUDA. "inference": eval mode,
+of load hits both sides. Compiled: ``torch.compile`` (backend ``--compile-backend``, default
+inductor, other options default) of the model method the runs reach (``HostModel.compile``),
+stock first, then ours (applied before compiling, ``torch._dynamo.reset()`` before each); one
+block each after the warm-up runs, the first of which compiles (its wall time is reported as
+the compile time). A figure is the median (and min) of a side's timed runs, each synchronized
+on CUDA. "inference": eval mode,
 ``torch.no_grad``, the raw decoder outputs. "training step": train mode, the library's own
 loss on fixed random targets, backward; no optimizer step, so the weights stay those of the
 comparison. Parity in the same run: max abs difference of the eval outputs and of the loss.
@@ -73,37 +74,50 @@ def _summary(times: list[float]) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": min(times)}
 
 
-def measure(host, *, reps: int, warmup: int, compiled: bool, amp: bool) -> dict:
+def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: bool) -> dict:
     cuda = host.images.is_cuda
     passes = _passes(host, amp)
     stock_out, stock_loss = passes["inference"](), passes["training step"]()
     with tpa.applied(host.config_id, strict=True):
         ours_out, ours_loss = passes["inference"](), passes["training step"]()
     row = {
-        "model": host.name, "config": host.config_id,
-        "max_abs_diff": max(float((a.float() - b.float()).abs().max())
-                            for a, b in zip(stock_out, ours_out, strict=True)),
+        "model": host.name,
+        "config": host.config_id,
+        "max_abs_diff": max(
+            float((a.float() - b.float()).abs().max())
+            for a, b in zip(stock_out, ours_out, strict=True)
+        ),
         "loss_abs_diff": float((stock_loss - ours_loss).abs()),
     }
     eager = {side: {p: [] for p in PASSES} for side in ("stock", "ours")}
     for _ in range(ROUNDS):
         for side in ("stock", "ours"):
-            with tpa.applied(host.config_id, strict=True) if side == "ours" else (
-                    contextlib.nullcontext()):
+            with (
+                tpa.applied(host.config_id, strict=True)
+                if side == "ours"
+                else (contextlib.nullcontext())
+            ):
                 for label, fn in passes.items():
                     eager[side][label] += _timed(fn, reps, warmup, cuda)[0]
     for label in PASSES:
         stock, ours = _summary(eager["stock"][label]), _summary(eager["ours"][label])
-        row[label] = {"stock": stock, "ours": ours,
-                      "speedup": stock["median_ms"] / ours["median_ms"]}
-    if compiled:
+        row[label] = {
+            "stock": stock,
+            "ours": ours,
+            "speedup": stock["median_ms"] / ours["median_ms"],
+        }
+    if compile_options is not None:
+        row["compile_options"] = compile_options
         for label in PASSES:
             row[label]["compiled"] = {}
         for side in ("stock", "ours"):
             torch._dynamo.reset()
-            with tpa.applied(host.config_id, strict=True) if side == "ours" else (
-                    contextlib.nullcontext()):
-                host.compile()
+            with (
+                tpa.applied(host.config_id, strict=True)
+                if side == "ours"
+                else (contextlib.nullcontext())
+            ):
+                host.compile(**compile_options)
                 try:
                     for label, fn in passes.items():
                         times, first = _timed(fn, reps, warmup + 1, cuda)
@@ -118,8 +132,10 @@ def measure(host, *, reps: int, warmup: int, compiled: bool, amp: bool) -> dict:
 
 
 def print_table(row: dict, header: str) -> None:
-    print(f"\n{header}\nms = median (min); max abs diff of the eval outputs "
-          f"{row['max_abs_diff']:.1e}, of the loss {row['loss_abs_diff']:.1e}\n")
+    print(
+        f"\n{header}\nms = median (min); max abs diff of the eval outputs "
+        f"{row['max_abs_diff']:.1e}, of the loss {row['loss_abs_diff']:.1e}\n"
+    )
     print("| model | pass | mode | stock ms | ours ms | speed-up |")
     print("|---|---|---|---|---|---|")
     for label in PASSES:
@@ -129,9 +145,11 @@ def print_table(row: dict, header: str) -> None:
             c = t["compiled"]
             modes.append(("torch.compile", c["stock"], c["ours"], c["speedup"]))
         for mode, stock, ours, speedup in modes:
-            print(f"| {row['model']} | {label} | {mode} "
-                  f"| {stock['median_ms']:.1f} ({stock['min_ms']:.1f}) "
-                  f"| {ours['median_ms']:.1f} ({ours['min_ms']:.1f}) | {speedup:.2f}x |")
+            print(
+                f"| {row['model']} | {label} | {mode} "
+                f"| {stock['median_ms']:.1f} ({stock['min_ms']:.1f}) "
+                f"| {ours['median_ms']:.1f} ({ours['min_ms']:.1f}) | {speedup:.2f}x |"
+            )
 
 
 def parser(doc: str, model_help: str, default_model: str) -> argparse.ArgumentParser:
@@ -143,9 +161,17 @@ def parser(doc: str, model_help: str, default_model: str) -> argparse.ArgumentPa
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    p.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend (--quick: aot_eager)"
+    )
     p.add_argument("--amp", action="store_true", help="both sides under bfloat16 autocast")
-    p.add_argument("--quick", action="store_true",
-                   help="CPU smoke run: batch 2, 64 px (or the model's smallest), 1 rep")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CPU smoke run: batch 2, 64 px, 1 rep, compiled with aot_eager (dynamo "
+        "and AOTAutograd trace forward and backward; inductor's CPU code generation "
+        "of these models takes many minutes on 2 cores)",
+    )
     p.add_argument("--json", help="default: benchmarks/results/e2e_<host>.json")
     return p
 
@@ -153,29 +179,49 @@ def parser(doc: str, model_help: str, default_model: str) -> argparse.ArgumentPa
 def run(args: argparse.Namespace, host_name: str, build: Callable[..., object]) -> int:
     if args.quick:
         args.device, args.batch, args.reps, args.warmup = "cpu", 2, 1, 0
+        args.compile_backend = "aot_eager"
     torch.manual_seed(0)
     host = build(args)
-    header = (f"{host.name} on {args.device}"
-              f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''}, "
-              f"batch {args.batch}, {tuple(host.images.shape[-2:])} px, "
-              f"{'bfloat16 autocast' if args.amp else 'float32'}; {ROUNDS}x{args.reps} eager runs"
-              f"{'' if args.no_compile else f', {args.reps} compiled'}")
+    header = (
+        f"{host.name} on {args.device}"
+        f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''}, "
+        f"batch {args.batch}, {tuple(host.images.shape[-2:])} px, "
+        f"{'bfloat16 autocast' if args.amp else 'float32'}; {ROUNDS}x{args.reps} eager runs"
+        f"{'' if args.no_compile else f', {args.reps} compiled ({args.compile_backend})'}"
+    )
     print(header, file=sys.stderr)
-    row = measure(host, reps=args.reps, warmup=args.warmup, compiled=not args.no_compile,
-                  amp=args.amp)
+    compile_options = None if args.no_compile else {"backend": args.compile_backend}
+    row = measure(
+        host, reps=args.reps, warmup=args.warmup, compile_options=compile_options, amp=args.amp
+    )
     print_table(row, header)
     out = Path(args.json or f"benchmarks/results/e2e_{host_name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average": os.getloadavg(), "torch": torch.__version__,
+    out.write_text(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": {
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "load_average": os.getloadavg(),
+                    "torch": torch.__version__,
                     "threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None},
-        "host_library": {host_name: importlib.metadata.version(host_name)},
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "batch": args.batch, "image": list(host.images.shape[-2:]), "amp": args.amp,
-        "reps": args.reps, "warmup": args.warmup, "rounds": ROUNDS, "result": row,
-    }, indent=2) + "\n")
+                    "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+                },
+                "host_library": {host_name: importlib.metadata.version(host_name)},
+                "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+                "batch": args.batch,
+                "image": list(host.images.shape[-2:]),
+                "amp": args.amp,
+                "reps": args.reps,
+                "warmup": args.warmup,
+                "rounds": ROUNDS,
+                "result": row,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"\nwrote {out}")
     return 0

@@ -29,11 +29,13 @@ QUICK = {"num_queries": 20, "num_select": 20, "group_detr": 2}
 def build(args):
     step = STEP[args.model]
     side = 2 * step if args.quick else args.image // step * step
-    return hosts_zoo.rfdetr(args.model, side=side, batch=args.batch, device=args.device,
-                            **(QUICK if args.quick else {}))
+    return hosts_zoo.rfdetr(
+        args.model, side=side, batch=args.batch, device=args.device, **(QUICK if args.quick else {})
+    )
 
 
 if __name__ == "__main__":
-    args = e2e_hosts.parser(__doc__, "RF-DETR variant: " + ", ".join(hosts_zoo.RFDETR_VARIANTS),
-                            "medium").parse_args()
+    args = e2e_hosts.parser(
+        __doc__, "RF-DETR variant: " + ", ".join(hosts_zoo.RFDETR_VARIANTS), "medium"
+    ).parse_args()
     sys.exit(e2e_hosts.run(args, "rfdetr", build))

@@ -22,8 +22,7 @@ from turbo_physai import hosts_zoo
 
 def build(args):
     side = 64 if args.quick else args.image
-    return hosts_zoo.ultralytics_rtdetr(args.model, side=side, batch=args.batch,
-                                        device=args.device)
+    return hosts_zoo.ultralytics_rtdetr(args.model, side=side, batch=args.batch, device=args.device)
 
 
 if __name__ == "__main__":

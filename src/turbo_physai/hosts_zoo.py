@@ -73,8 +73,14 @@ def _images(batch: int, side: int, gen: torch.Generator, device) -> torch.Tensor
     return torch.randn(batch, 3, side, side, generator=gen).to(device)
 
 
-def ultralytics_rtdetr(scale: str = "l", *, side: int = 640, batch: int = 8,
-                       device: str | torch.device = "cpu", seed: int = 0) -> HostModel:
+def ultralytics_rtdetr(
+    scale: str = "l",
+    *,
+    side: int = 640,
+    batch: int = 8,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> HostModel:
     """``RTDETR(f"rtdetr-{scale}.yaml").model`` in float32 on ``device``."""
     os.environ.setdefault("YOLO_OFFLINE", "1")  # else the import resolves DNS names
     from ultralytics import RTDETR
@@ -89,8 +95,12 @@ def ultralytics_rtdetr(scale: str = "l", *, side: int = 640, batch: int = 8,
         "img": images,
         "cls": torch.cat([labels for labels, _ in targets]).float()[:, None],
         "bboxes": torch.cat([boxes for _, boxes in targets]),
-        "batch_idx": torch.cat([torch.full((len(labels),), float(i), device=device)
-                                for i, (labels, _) in enumerate(targets)]),
+        "batch_idx": torch.cat(
+            [
+                torch.full((len(labels),), float(i), device=device)
+                for i, (labels, _) in enumerate(targets)
+            ]
+        ),
     }
 
     def infer():
@@ -107,12 +117,20 @@ def ultralytics_rtdetr(scale: str = "l", *, side: int = 640, batch: int = 8,
         loss.backward()
         return loss.detach()
 
-    return HostModel(f"rtdetr-{scale}", "turbo_physai.ultralytics", model, images, infer,
-                     train_step, "predict")
+    return HostModel(
+        f"rtdetr-{scale}", "turbo_physai.ultralytics", model, images, infer, train_step, "predict"
+    )
 
 
-def rfdetr(variant: str = "medium", *, side: int | None = None, batch: int = 8,
-           device: str | torch.device = "cpu", seed: int = 0, **overrides) -> HostModel:
+def rfdetr(
+    variant: str = "medium",
+    *,
+    side: int | None = None,
+    batch: int = 8,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    **overrides,
+) -> HostModel:
     """An RF-DETR variant (:data:`RFDETR_VARIANTS`) at ``side`` (default: the variant's
     resolution; it must be a multiple of patch size x windows) in float32 on ``device``.
     ``overrides`` go to the config class (``num_queries=..., group_detr=...``)."""
@@ -120,7 +138,7 @@ def rfdetr(variant: str = "medium", *, side: int | None = None, batch: int = 8,
     from rfdetr.models import build_criterion_from_config, build_model_from_config
 
     if variant not in RFDETR_VARIANTS:
-        known = ', '.join(RFDETR_VARIANTS)
+        known = ", ".join(RFDETR_VARIANTS)
         raise ValueError(f"unknown RF-DETR variant {variant!r}; known: {known}")
     config_class = getattr(configs, RFDETR_VARIANTS[variant])
     if side is not None:
@@ -151,5 +169,6 @@ def rfdetr(variant: str = "medium", *, side: int | None = None, batch: int = 8,
         loss.backward()
         return loss.detach()
 
-    return HostModel(f"rfdetr-{variant}", "turbo_physai.rfdetr", model, images, infer, train_step,
-                     "forward")
+    return HostModel(
+        f"rfdetr-{variant}", "turbo_physai.rfdetr", model, images, infer, train_step, "forward"
+    )

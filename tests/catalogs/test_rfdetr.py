@@ -36,11 +36,13 @@ def _core_module():
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_model_from_config_matches_stock_in_eval_and_training_and_rolls_back(
-        case, no_network, op_calls):
+    case, no_network, op_calls
+):
     host = hosts_zoo.rfdetr(**CASES[case], batch=2, **SMALL)
     tpa_hosts.scramble_msda(host.model)
     stock, ours = tpa_hosts.stock_and_ours(
-        host, vars(_core_module()), "ms_deform_attn_core_pytorch", op_calls)
+        host, vars(_core_module()), "ms_deform_attn_core_pytorch", op_calls
+    )
     tpa_hosts.assert_match(stock, ours)
     assert no_network == []
 
@@ -67,8 +69,12 @@ def test_call_site_forward_and_gradients_match_in_float64(folded, with_hw, op_ca
     def call():
         leaves = [t.clone().requires_grad_() for t in (value, loc, weights)]
         out = module.ms_deform_attn_core_pytorch(
-            leaves[0], shapes, leaves[1], leaves[2],
-            value_spatial_shapes_hw=shapes_hw if with_hw else None)
+            leaves[0],
+            shapes,
+            leaves[1],
+            leaves[2],
+            value_spatial_shapes_hw=shapes_hw if with_hw else None,
+        )
         return [out, *torch.autograd.grad((out * out).sum(), leaves)]
 
     stock = call()
@@ -85,8 +91,7 @@ def _edited(*args, **kwargs):
 
 
 @pytest.mark.parametrize("path", [msda.FUNCTION, msda.GRID_SAMPLE])
-def test_unvalidated_code_is_blocked_naming_the_release_and_force_does_not_help(
-        path, monkeypatch):
+def test_unvalidated_code_is_blocked_naming_the_release_and_force_does_not_help(path, monkeypatch):
     """Either the replaced core or the grid_sample helper it relies on."""
     owner, name = path.rsplit(".", 1)
     monkeypatch.setattr(importlib.import_module(owner), name, _edited)
@@ -111,7 +116,10 @@ def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
     done = tpa_hosts.cli("check", CONFIG)
     assert done.returncode == 0, done.stdout + done.stderr
     assert GROUP in done.stdout
-    out = tpa_hosts.run_config(tmp_path, CONFIG, """\
+    out = tpa_hosts.run_config(
+        tmp_path,
+        CONFIG,
+        """\
         import torch
         from rfdetr.models.ops.modules import ms_deform_attn
         from turbo_physai.ops import frontends
@@ -122,5 +130,6 @@ def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
         out = attn(torch.randn(1, 3, 16), torch.rand(1, 3, 2, 2), torch.randn(1, 20, 16), shapes,
                    starts)
         print("patched", tuple(out.shape))
-        """)
+        """,
+    )
     assert "patched (1, 3, 16)" in out

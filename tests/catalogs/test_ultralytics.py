@@ -32,12 +32,14 @@ def _modules():
 
 @pytest.mark.parametrize("scale", ["l", "x"])
 def test_rtdetr_from_yaml_matches_stock_in_eval_and_training_and_rolls_back(
-        scale, no_network, op_calls):
+    scale, no_network, op_calls
+):
     host = hosts_zoo.ultralytics_rtdetr(scale, side=SIDE, batch=2)
     tpa_hosts.scramble_msda(host.model)
     _, transformer = _modules()
     stock, ours = tpa_hosts.stock_and_ours(
-        host, vars(transformer), "multi_scale_deformable_attn_pytorch", op_calls)
+        host, vars(transformer), "multi_scale_deformable_attn_pytorch", op_calls
+    )
     tpa_hosts.assert_match(stock, ours)
     assert no_network == []
 
@@ -93,7 +95,10 @@ def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
     done = tpa_hosts.cli("check", CONFIG)
     assert done.returncode == 0, done.stdout + done.stderr
     assert GROUP in done.stdout
-    out = tpa_hosts.run_config(tmp_path, CONFIG, """\
+    out = tpa_hosts.run_config(
+        tmp_path,
+        CONFIG,
+        """\
         import torch
         from ultralytics.nn.modules import transformer
         from turbo_physai.ops import frontends
@@ -102,5 +107,6 @@ def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
         shapes = [[4, 4], [2, 2]]
         out = attn(torch.randn(1, 3, 16), torch.rand(1, 3, 1, 2), torch.randn(1, 20, 16), shapes)
         print("patched", tuple(out.shape))
-        """)
+        """,
+    )
     assert "patched (1, 3, 16)" in out

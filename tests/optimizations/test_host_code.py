@@ -26,8 +26,10 @@ def test_other_code_is_blocked_naming_the_release_the_path_and_how_to_validate()
     assert not result.compatible
     assert result.code == "compatibility.incompatible"
     current = host_code.fingerprint(PATH)
-    assert result.reason == (f"tpa-fixture-lib 1.0.0: the code of {PATH} is not a validated "
-                             f"version (fingerprint {current}); {HOW}")
+    assert result.reason == (
+        f"tpa-fixture-lib 1.0.0: the code of {PATH} is not a validated "
+        f"version (fingerprint {current}); {HOW}"
+    )
 
 
 def test_missing_code_is_blocked():
