@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib.metadata
 import json
 import os
@@ -77,9 +78,13 @@ def _summary(times: list[float]) -> dict:
 def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: bool) -> dict:
     cuda = host.images.is_cuda
     passes = _passes(host, amp)
+    # A training step moves BatchNorm's running statistics, which the next eval pass reads.
+    state = copy.deepcopy(host.model.state_dict())
     stock_out, stock_loss = passes["inference"](), passes["training step"]()
+    host.model.load_state_dict(state)
     with tpa.applied(host.config_id, strict=True):
         ours_out, ours_loss = passes["inference"](), passes["training step"]()
+    host.model.load_state_dict(state)
     row = {
         "model": host.name,
         "config": host.config_id,
