@@ -27,6 +27,7 @@ BUILTIN: tuple[str, ...] = (
     "turbo_physai.catalogs.timm",
     "turbo_physai.catalogs.ultralytics",
     "turbo_physai.catalogs.rfdetr",
+    "turbo_physai.catalogs.libreyolo",
 )
 
 #: Names a config may use in ``optimization_modules`` for several built-in catalogs.

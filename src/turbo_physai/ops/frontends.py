@@ -16,6 +16,10 @@
   levels and points folded into one axis as in v2.
 - :func:`rfdetr_function`: Roboflow RF-DETR's ``ms_deform_attn_core_pytorch``: value as
   ``(N, M, D, S)``, locations folded (export) or not (eager).
+- :func:`libreyolo_ms_deform_attn` / :func:`libreyolo_ms_deform_attn_v2`: LibreYOLO's
+  ``ms_deform_attn`` slot signature and its RT-DETRv2-style flat-points adapter
+  (``libreyolo.kernels.attention.ms_deform_attn``), returning None, as that slot's providers do,
+  for inputs our op does not take so that LibreYOLO's caller keeps its own path.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import itertools
 import torch
 from torch import nn
 
-from turbo_physai import kernels
+from turbo_physai import _core, kernels
 from turbo_physai.ops.ms_deform_attn import _backward_op, check_inputs, ms_deform_attn
 
-__all__ = ["MultiScaleDeformableAttention", "ms_deform_attn_backward", "ms_deform_attn_forward",
+__all__ = ["MultiScaleDeformableAttention", "libreyolo_ms_deform_attn",
+           "libreyolo_ms_deform_attn_v2", "ms_deform_attn_backward", "ms_deform_attn_forward",
            "rfdetr_function", "transformers_forward", "transformers_function",
            "transformers_function_v2", "ultralytics_function", "v2_supported"]
 
@@ -144,6 +149,59 @@ def v2_supported(value, value_spatial_shapes, sampling_locations, attention_weig
     points (D-FINE style ``[3, 6, 3]``) stay on transformers' code."""
     del value, value_spatial_shapes, sampling_locations, attention_weights
     return method == "default" and len(set(num_points_list)) == 1
+
+
+def libreyolo_ms_deform_attn(value, spatial_shapes, sampling_locations, attention_weights):
+    """LibreYOLO's ``ms_deform_attn`` slot: ``(N, Lq, M*D)``, or None where our op does not take
+    the input (see :func:`libreyolo_supported`). ``spatial_shapes`` is the slot's int64 tensor or,
+    from our family groups, the model's list of ``(H, W)``."""
+    if not libreyolo_supported(value, sampling_locations, attention_weights):
+        return None
+    shapes, starts = _levels(spatial_shapes, value.device)
+    return _msda(value, shapes, starts, sampling_locations, attention_weights)
+
+
+def libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, attention_weights,
+                                num_points_list):
+    """LibreYOLO's ``maybe_ms_deform_attn_v2`` adapter: points of all levels concatenated, as
+    RT-DETRv2, D-FINE and DEIM carry them; None for uneven points per level (the slot's rule)."""
+    levels = len(num_points_list)
+    if levels == 0 or len(spatial_shapes) != levels or len(set(num_points_list)) != 1:
+        return None
+    points = int(num_points_list[0])
+    return libreyolo_ms_deform_attn(value, spatial_shapes,
+                                    sampling_locations.unflatten(3, (levels, points)),
+                                    attention_weights.unflatten(3, (levels, points)))
+
+
+_SIXTEEN_BITS = (torch.float16, torch.bfloat16)
+
+
+def libreyolo_supported(value, sampling_locations, attention_weights) -> bool:
+    """The inputs LibreYOLO may hand its slot that our op computes: the slot's ranks, one CPU or
+    CUDA device (CUDA only where this build has the kernels), and the op's dtype rule (locations
+    and weights alike, value the same or 16-bit beside float32 ones; any floats under autocast,
+    which the op promotes). Anything else is LibreYOLO's to run."""
+    if not (isinstance(value, torch.Tensor) and isinstance(sampling_locations, torch.Tensor)
+            and isinstance(attention_weights, torch.Tensor)):
+        return False
+    if value.dim() != 4 or sampling_locations.dim() != 6 or attention_weights.dim() != 5:
+        return False
+    device = value.device
+    if device.type not in ("cpu", "cuda") or sampling_locations.device != device \
+            or attention_weights.device != device:
+        return False
+    if device.type == "cuda" and not hasattr(_core, "ms_deform_attn_forward_cuda"):
+        return False
+    dtypes = (value.dtype, sampling_locations.dtype, attention_weights.dtype)
+    if not all(d.is_floating_point for d in dtypes) or (
+            device.type == "cuda" and torch.float64 in dtypes):
+        return False
+    if torch.is_autocast_enabled(device.type):
+        return True
+    loc = sampling_locations.dtype
+    return attention_weights.dtype == loc and (
+        value.dtype == loc or (value.dtype in _SIXTEEN_BITS and loc == torch.float32))
 
 
 #: (tuple of (H, W), device) -> (spatial_shapes, level_start_index), oldest evicted first. A model

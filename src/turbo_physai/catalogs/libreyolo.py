@@ -1,0 +1,73 @@
+"""libreyolo catalog: turbo_physai as LibreYOLO's kernel provider.
+
+- ``libreyolo.kernels``: our implementations registered into ``libreyolo.kernels`` slots,
+  ``ms_deform_attn`` (CPU and CUDA, with a backward) and LibreYOLO's eight fake-quantization and
+  two unpack slots (option ``slots`` picks some; default all). Every family that consults the
+  slot then runs our op in eager runs (Grounding DINO, EC and the others too).
+- ``libreyolo.<family>.msda``: the MSDA call sites of RT-DETR, RT-DETRv2, D-FINE, DEIM, LW-DETR,
+  RF-DETR and Deformable DETR on our op directly, under ``torch.compile`` and ``torch.export``
+  as well (where LibreYOLO switches its slot off).
+
+Validated against libreyolo 1.6 (``optimizations.common.libreyolo.slots.VALIDATED``; every
+group's compatibility_check blocks other releases). Declaring imports nothing; see
+docs/catalogs/libreyolo.md for the groups, what they reach and what they do not.
+"""
+
+from __future__ import annotations
+
+from ..engine.declarations import group, replace, wrap
+
+#: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
+HOST_PACKAGES = ("libreyolo",)
+
+_OPT = "turbo_physai.optimizations.common.libreyolo"
+_REGISTRY = "libreyolo.kernels"
+
+KERNELS = group(
+    "libreyolo.kernels",
+    wrap(target=f"{_REGISTRY}._REGISTRY", replacement=f"{_OPT}.slots.registry_with_ours"),
+    wrap(target=f"{_REGISTRY}._RESOLVED", replacement=f"{_OPT}.slots.empty_cache"),
+    compatibility_check=f"{_OPT}.slots.check",
+)
+
+#: family -> (the module holding its MSDA core, the slot functions that module imports by name).
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "rtdetr": (
+        "rtdetr.utils",
+        ("ms_deform_attn_available", "maybe_ms_deform_attn", "spatial_shapes_tensor"),
+    ),
+    **{
+        family: (
+            module,
+            ("ms_deform_attn_available", "maybe_ms_deform_attn_v2", "spatial_shapes_tensor"),
+        )
+        for family, module in (
+            ("rtdetrv2", "rtdetrv2.utils"),
+            ("dfine", "dfine.ms_deform"),
+            ("deim", "deim.ms_deform"),
+        )
+    },
+    "lwdetr": (
+        "lwdetr.nn",
+        ("ms_deform_attn_available", "maybe_ms_deform_attn", "spatial_shapes_tensor"),
+    ),
+    "rfdetr": ("rfdetr.transformer", ("maybe_ms_deform_attn",)),
+    "deformable_detr": ("deformable_detr.ms_deform_attn", ("maybe_ms_deform_attn",)),
+}
+
+
+def _family_group(family: str, module: str, names: tuple[str, ...]):
+    return group(
+        f"libreyolo.{family}.msda",
+        *(
+            replace(target=f"libreyolo.models.{module}.{name}",
+                    replacement=f"{_OPT}.families.{name}")
+            for name in names
+        ),
+        compatibility_check=f"{_OPT}.slots.check_release",
+    )
+
+
+FAMILY_GROUPS = tuple(_family_group(f, m, n) for f, (m, n) in FAMILIES.items())
+
+GROUPS = (KERNELS, *FAMILY_GROUPS)
