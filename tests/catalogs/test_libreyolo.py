@@ -49,12 +49,18 @@ def _registry_state():
     The lazy in-tree providers are loaded first: that happens once per process, with or
     without us (the group's factory triggers it where LibreYOLO's first resolve would)."""
     registry.active()
-    owners = {"libreyolo.kernels": registry, "ms_deform_attn": slot_module,
-              **{f: _module(f) for f in catalog.FAMILIES}}
+    owners = {
+        "libreyolo.kernels": registry,
+        "ms_deform_attn": slot_module,
+        **{f: _module(f) for f in catalog.FAMILIES},
+    }
     state = {name: dict(vars(owner)) for name, owner in owners.items()}
     state["_REGISTRY"] = dict(registry._REGISTRY)
-    state["entries"] = {f"{slot}[{i}]": entry for slot, entries in registry._REGISTRY.items()
-                        for i, entry in enumerate(entries)}
+    state["entries"] = {
+        f"{slot}[{i}]": entry
+        for slot, entries in registry._REGISTRY.items()
+        for i, entry in enumerate(entries)
+    }
     return state
 
 
@@ -179,7 +185,8 @@ def test_providers_registered_into_other_slots_while_applied_survive_rollback():
 
 def _blocked(options=None, force=False):
     config = tpa.OptimizationConfig.for_groups(
-        "libreyolo.kernels", **({"libreyolo.kernels": options} if options else {}))
+        "libreyolo.kernels", **({"libreyolo.kernels": options} if options else {})
+    )
     report = tpa.check(config, force_groups=["libreyolo.kernels"] if force else [])
     group = report.group("libreyolo.kernels")
     assert group.decision == "block", str(report)
@@ -187,7 +194,9 @@ def _blocked(options=None, force=False):
 
 
 def test_other_libreyolo_releases_are_blocked_and_force_does_not_help(monkeypatch):
-    monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "1.7.0"))
+    monkeypatch.setattr(
+        tpa.CompatibilityContext, "package_version", staticmethod(lambda name: "1.7.0")
+    )
     group = _blocked(force=True)
     assert group.reasons == ["compatibility.incompatible"]
     assert "libreyolo 1.7.0 is not a validated release" in str(group.to_dict()["checks"])
@@ -207,17 +216,24 @@ def test_a_slot_whose_signature_changed_is_blocked_naming_it(monkeypatch):
 def test_a_registry_of_another_layout_is_blocked(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "fake_quant_fp8", [("reference", print)])
     assert "entries are not {name, impl, predicate} dicts" in str(_blocked().to_dict()["checks"])
-    monkeypatch.setitem(registry._REGISTRY, "fake_quant_fp8",
-                        [{"name": "turbo_physai", "impl": print, "predicate": None}])
+    monkeypatch.setitem(
+        registry._REGISTRY,
+        "fake_quant_fp8",
+        [{"name": "turbo_physai", "impl": print, "predicate": None}],
+    )
     assert "already has an implementation named 'turbo_physai'" in str(
-        _blocked().to_dict()["checks"])
+        _blocked().to_dict()["checks"]
+    )
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"slots": ["no_such_slot"]}, "no such slot ['no_such_slot']"),
-    ({"slots": "fake_quant_fp8"}, "must be a non-empty list"),
-    ({"slot": ["fake_quant_fp8"]}, "takes only the option 'slots'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"slots": ["no_such_slot"]}, "no such slot ['no_such_slot']"),
+        ({"slots": "fake_quant_fp8"}, "must be a non-empty list"),
+        ({"slot": ["fake_quant_fp8"]}, "takes only the option 'slots'"),
+    ],
+)
 def test_bad_options_block_the_group_naming_the_problem(options, message):
     group = _blocked(options)
     assert message in str(group.to_dict()["checks"])
@@ -227,10 +243,6 @@ def test_bad_options_block_the_group_naming_the_problem(options, message):
 # --- the family groups ---------------------------------------------------------------------
 
 
-def _flat(t, levels, points):  # (..., L, P, ...) -> the v2 layout (..., L*P, ...)
-    return t.flatten(3, 4)
-
-
 def _family_call(family, points_list=None):
     """(function of (value, locations, weights), leaves) calling the family's MSDA core the way
     its attention module does, in its own layouts."""
@@ -238,8 +250,11 @@ def _family_call(family, points_list=None):
     n, s, m, d = value.shape
     module = _module(family)
     if family == "rtdetr":
-        return lambda v, sl, w: module.deformable_attention_core_func(v, shapes, sl, w), \
-            (value, loc, weights)
+        return lambda v, sl, w: module.deformable_attention_core_func(v, shapes, sl, w), (
+            value,
+            loc,
+            weights,
+        )
     if family in ("rtdetrv2", "dfine", "deim"):
         points = points_list or [loc.shape[4]] * len(shapes)
         total = sum(points)
@@ -250,23 +265,30 @@ def _family_call(family, points_list=None):
             return lambda v, sl, w: core(v, shapes, sl, w, points), (value, loc, weights)
         sizes = [h * w for h, w in shapes]
         # D-FINE/DEIM hand in one (N, M, D, H*W) tensor per level
-        return lambda v, sl, w: core(list(v.permute(0, 2, 3, 1).split(sizes, -1)), shapes, sl, w,
-                                     points), (value, loc, weights)
+        return lambda v, sl, w: core(
+            list(v.permute(0, 2, 3, 1).split(sizes, -1)), shapes, sl, w, points
+        ), (value, loc, weights)
     if family == "lwdetr":  # value (N, M, D, S), weights flattened over (levels, points)
         return lambda v, sl, w: module.ms_deform_attn_core_pytorch(
-            v.permute(0, 2, 3, 1), shapes, sl, w.flatten(3, 4)), (value, loc, weights)
+            v.permute(0, 2, 3, 1), shapes, sl, w.flatten(3, 4)
+        ), (value, loc, weights)
     if family == "deformable_detr":
         return lambda v, sl, w: module.ms_deform_attn_core_pytorch(
-            v, torch.tensor(shapes), sl, w), (value, loc, weights)
+            v, torch.tensor(shapes), sl, w
+        ), (value, loc, weights)
     assert family == "rfdetr"  # the attention module: the slot call is inside its forward
     torch.manual_seed(0)
-    attn = module.MSDeformAttn(d_model=m * d, n_levels=len(shapes), n_heads=m,
-                               n_points=loc.shape[4]).double()
+    attn = module.MSDeformAttn(
+        d_model=m * d, n_levels=len(shapes), n_heads=m, n_points=loc.shape[4]
+    ).double()
     starts = torch.tensor([0, shapes[0][0] * shapes[0][1]])
     query = torch.randn(n, loc.shape[1], m * d, dtype=value.dtype)
     ref = torch.rand(n, loc.shape[1], len(shapes), 2, dtype=value.dtype)
-    return lambda v, q, r: attn(q, r, v.flatten(2), torch.tensor(shapes), starts, None,
-                                shapes), (value, query, ref)
+    return lambda v, q, r: attn(q, r, v.flatten(2), torch.tensor(shapes), starts, None, shapes), (
+        value,
+        query,
+        ref,
+    )
 
 
 @pytest.mark.parametrize("group_id", FAMILY_IDS)

@@ -60,8 +60,9 @@ def _family_group(family: str, module: str, names: tuple[str, ...]):
     return group(
         f"libreyolo.{family}.msda",
         *(
-            replace(target=f"libreyolo.models.{module}.{name}",
-                    replacement=f"{_OPT}.families.{name}")
+            replace(
+                target=f"libreyolo.models.{module}.{name}", replacement=f"{_OPT}.families.{name}"
+            )
             for name in names
         ),
         compatibility_check=f"{_OPT}.slots.check_release",

@@ -40,13 +40,15 @@ def maybe_ms_deform_attn(value, spatial_shapes, sampling_locations, attention_we
     return libreyolo_ms_deform_attn(value, spatial_shapes, sampling_locations, attention_weights)
 
 
-def maybe_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, attention_weights,
-                            num_points_list):
+def maybe_ms_deform_attn_v2(
+    value, spatial_shapes, sampling_locations, attention_weights, num_points_list
+):
     """The flat-points variant (RT-DETRv2, D-FINE, DEIM); uneven points per level return None."""
     if not ms_deform_attn_available(value):
         return None
-    return libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations,
-                                       attention_weights, num_points_list)
+    return libreyolo_ms_deform_attn_v2(
+        value, spatial_shapes, sampling_locations, attention_weights, num_points_list
+    )
 
 
 def spatial_shapes_tensor(value_spatial_shapes, device):

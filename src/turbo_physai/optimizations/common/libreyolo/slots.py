@@ -139,8 +139,9 @@ def check(context) -> CompatibilityResult:
     try:
         slots = selected(context.options)
     except ValueError as err:
-        return CompatibilityResult(False, "valid options", dict(context.options), str(err),
-                                   code="options.invalid")
+        return CompatibilityResult(
+            False, "valid options", dict(context.options), str(err), code="options.invalid"
+        )
     problem = _registry_problem(importlib.import_module("libreyolo.kernels"))
     if problem:
         return CompatibilityResult(False, "LibreYOLO 1.6's registry layout", problem, problem)
@@ -148,7 +149,9 @@ def check(context) -> CompatibilityResult:
         ours, theirs = (inspect.signature(_object(p)) for p in SLOTS[slot])
         if _parameters(ours) != _parameters(theirs):
             return CompatibilityResult(
-                False, str(theirs), str(ours),
+                False,
+                str(theirs),
+                str(ours),
                 f"slot {slot!r}: LibreYOLO calls {theirs}, ours takes {ours}",
             )
     return CompatibilityResult(True, VALIDATED, list(slots), "slot signatures match")
