@@ -1,0 +1,118 @@
+"""End to end on LibreYOLO's own models, built from its constructors with random weights and
+nothing downloaded (network blocked, caches empty after): stock against
+``turbo_physai.libreyolo``, float32, inference and a training step, through our op."""
+
+import socket
+
+import pytest
+
+import turbo_physai as tpa
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("libreyolo")
+
+from turbo_physai.ops import frontends  # noqa: E402
+
+OUT_ATOL = 1e-5  # float32 outputs: the op and grid_sample differ in summation order only
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
+
+
+def _rtdetr():
+    from libreyolo.models.rtdetr.nn import RTDETRModel
+
+    # RT-DETR-R18's layout, narrowed; no denoising queries (they need targets)
+    model = RTDETRModel(
+        num_classes=4,
+        backbone_depth=18,
+        hidden_dim=64,
+        dim_feedforward=128,
+        num_queries=20,
+        num_decoder_layers=2,
+        num_denoising=0,
+    )
+    return model, 96
+
+
+def _lwdetr():
+    from libreyolo.models.lwdetr.nn import LibreLWDETRModel
+
+    # its smallest size; 192 px gives the 144 tokens its 100 two-stage proposals need
+    return LibreLWDETRModel("t", nc=4), 192
+
+
+MODELS = {"rtdetr": _rtdetr, "lwdetr": _lwdetr}
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No connection can be opened, and the weight caches start (and must stay) empty."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a network connection was attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    caches = {name: tmp_path / name for name in ("TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME")}
+    for name, path in caches.items():
+        path.mkdir()
+        monkeypatch.setenv(name, str(path))
+    yield
+    assert not [p for path in caches.values() for p in path.rglob("*")], "something downloaded"
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    calls = []
+
+    def counting(*args):
+        calls.append(tuple(args[0].shape))
+        return original(*args)
+
+    original = frontends._msda
+    monkeypatch.setattr(frontends, "_msda", counting)
+    return calls
+
+
+def _build(name):
+    torch.manual_seed(0)
+    model, size = MODELS[name]()
+    # LibreYOLO zero-initialises the offset and attention-weight projections: noise on every
+    # weight makes the sampling locations and weights depend on the input.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    return model, torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+def _step(model, x, train):
+    model.train(train)
+    model.zero_grad()
+    torch.manual_seed(2)  # the same dropout masks in both runs
+    with torch.set_grad_enabled(train):
+        out = model(x)
+        outputs = [out["pred_logits"], out["pred_boxes"]]
+        if not train:
+            return [o.detach() for o in outputs], []
+        (outputs[0].square().mean() + outputs[1].sum()).backward()
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return [o.detach() for o in outputs], grads
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_stock_and_turbo_physai_libreyolo_agree(name, train, offline, op_calls):
+    model, x = _build(name)
+    stock = _step(model, x, train)
+    assert not op_calls
+    with tpa.applied("turbo_physai.libreyolo", strict=True):
+        ours = _step(model, x, train)
+    assert op_calls, "the model never reached our op"
+    for a, b in zip(ours[0], stock[0], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=OUT_ATOL)
+    for a, b in zip(ours[1], stock[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    if not train:  # rolled back: the stock path again, bit for bit
+        calls = len(op_calls)
+        again = _step(model, x, train)
+        assert len(op_calls) == calls
+        assert all(torch.equal(a, b) for a, b in zip(again[0], stock[0], strict=True))
