@@ -361,3 +361,19 @@ def test_every_group_checks_on_the_installed_release():
     report = tpa.check("turbo_physai.libreyolo")
     assert [g.id for g in report.groups] == [g.id for g in catalog.GROUPS]
     assert all(g.decision == "apply" for g in report.groups), str(report)
+
+
+def test_apply_by_the_shipped_id_and_rollback_restore_every_module():
+    before = _registry_state()
+    report = tpa.apply("turbo_physai.libreyolo", strict=True)
+    try:
+        assert {g.status for g in report.groups} == {"applied"}
+        assert (
+            _module("dfine").maybe_ms_deform_attn_v2
+            is not before["dfine"]["maybe_ms_deform_attn_v2"]
+        )
+    finally:
+        outcome = tpa.rollback()
+    assert not outcome["drifted"] and not outcome["failed"], outcome
+    assert not registry._RESOLVED
+    assert_identical(before, _registry_state())

@@ -11,13 +11,18 @@ from turbo_physai.config import ConfigError, load_config, shipped_configs
 EXPECTED = {
     "turbo_physai.deformable_detr",
     "turbo_physai.deformable_detr.gpu_inference",
+    "turbo_physai.libreyolo",
     "turbo_physai.rt_detr.gpu_inference",
     "turbo_physai.rt_detr.gpu_inference_tf32",
     "turbo_physai.ultralytics",
     "turbo_physai.rfdetr",
 }
 # The host library each shipped config's groups patch (the rest: transformers).
-HOSTS = {"turbo_physai.ultralytics": "ultralytics", "turbo_physai.rfdetr": "rfdetr"}
+HOSTS = {
+    "turbo_physai.ultralytics": "ultralytics",
+    "turbo_physai.rfdetr": "rfdetr",
+    "turbo_physai.libreyolo": "libreyolo",
+}
 
 
 def write(tmp_path, name, text):
