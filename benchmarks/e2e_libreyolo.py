@@ -140,6 +140,24 @@ def max_diff(a, b) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
+def compare(model, start_state, pixels, args, prefix, mode):
+    row = {}
+    torch._dynamo.reset()
+    row[f"{prefix}stock"], stock_out = measure(
+        model, start_state, pixels, args.device, args.reps, mode
+    )
+    torch._dynamo.reset()
+    with turbo_physai.applied(CONFIG, strict=True):
+        row[f"{prefix}ours"], ours_out = measure(
+            model, start_state, pixels, args.device, args.reps, mode
+        )
+    row[f"{prefix}max_abs_diff"] = max_diff(ours_out, stock_out)
+    for key in ("inference", "train_step"):
+        stock_ms, ours_ms = row[f"{prefix}stock"][f"{key}_ms"], row[f"{prefix}ours"][f"{key}_ms"]
+        row[f"{prefix}speedup_{key}"] = round(stock_ms / ours_ms, 2)
+    return row
+
+
 def run_model(name, args):
     torch.manual_seed(0)
     model, size = build(name, args.quick)
@@ -150,22 +168,12 @@ def run_model(name, args):
     row = {"shape": list(pixels.shape)}
     variants = [("", None)] + ([("compiled_", args.compile)] if args.compile else [])
     for prefix, mode in variants:
-        torch._dynamo.reset()
-        row[f"{prefix}stock"], stock_out = measure(
-            model, start_state, pixels, args.device, args.reps, mode
-        )
-        torch._dynamo.reset()
-        with turbo_physai.applied(CONFIG, strict=True):
-            row[f"{prefix}ours"], ours_out = measure(
-                model, start_state, pixels, args.device, args.reps, mode
-            )
-        row[f"{prefix}max_abs_diff"] = max_diff(ours_out, stock_out)
-        for key in ("inference", "train_step"):
-            stock_ms, ours_ms = (
-                row[f"{prefix}stock"][f"{key}_ms"],
-                row[f"{prefix}ours"][f"{key}_ms"],
-            )
-            row[f"{prefix}speedup_{key}"] = round(stock_ms / ours_ms, 2)
+        try:
+            row.update(compare(model, start_state, pixels, args, prefix, mode))
+        except Exception as error:  # recorded: the model's other figures stay usable
+            if not prefix:
+                raise
+            row[f"{prefix}error"] = repr(error)
     return row
 
 
@@ -176,6 +184,8 @@ def table(results) -> str:
     ]
     for name, row in results.items():
         for prefix in ("", "compiled_"):
+            if f"{prefix}error" in row:
+                lines.append(f"{name:<16} {prefix.rstrip('_'):<9} failed: {row[f'{prefix}error']}")
             if f"{prefix}stock" not in row:
                 continue
             s, o = row[f"{prefix}stock"], row[f"{prefix}ours"]
