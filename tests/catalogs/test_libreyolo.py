@@ -377,3 +377,34 @@ def test_apply_by_the_shipped_id_and_rollback_restore_every_module():
     assert not outcome["drifted"] and not outcome["failed"], outcome
     assert not registry._RESOLVED
     assert_identical(before, _registry_state())
+
+
+def test_ci_installs_libreyolo_beside_the_pinned_torch_pair():
+    """CI (tools/setup.sh test) pins torch/torchvision, then installs the test extra: the
+    extra must name libreyolo in the validated range, and libreyolo's own requirements must
+    accept the pinned pair, or pip would swap the pair for a PyPI one."""
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    root = Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["test"]
+    [wanted] = [Requirement(r) for r in extra if Requirement(r).name == "libreyolo"]
+    assert str(wanted.specifier) == str(Requirement(f"libreyolo{slots.VALIDATED}").specifier)
+    assert Version(importlib.metadata.version("libreyolo")) in wanted.specifier
+    setup = (root / "tools" / "setup.sh").read_text()
+    pins = dict(re.findall(r"\b(torch|torchvision)==([\w.+]+)", setup.split("tpa_install_test")[1]))
+    assert set(pins) == {"torch", "torchvision"}, pins
+    needs = {
+        r.name: r
+        for r in map(Requirement, importlib.metadata.requires("libreyolo"))
+        if r.marker is None
+    }
+    for name, version in pins.items():
+        assert Version(version) in needs[name].specifier, (name, version, needs[name])
