@@ -236,6 +236,7 @@ def test_a_registry_of_another_layout_is_blocked(monkeypatch):
 )
 def test_bad_options_block_the_group_naming_the_problem(options, message):
     group = _blocked(options)
+    assert group.reasons == ["options.invalid"]
     assert message in str(group.to_dict()["checks"])
     assert registry.resolve("fake_quant_fp8") is fake_quant.fake_quant_fp8
 

@@ -17,7 +17,8 @@ DOCS = ROOT / "docs"
 PACKAGE_ROOT = Path(turbo_physai.__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 PAGES = sorted(p for p in DOCS.rglob("*.md") if BLOCK.search(p.read_text(encoding="utf-8")))
-NEEDS = {"quickstart.md": ("torch", "transformers"), "transformers.md": ("torch", "transformers")}
+NEEDS = {"quickstart.md": ("torch", "transformers"), "transformers.md": ("torch", "transformers"),
+         "libreyolo.md": ("torch", "libreyolo")}
 
 
 def blocks(page: Path) -> list[str]:
