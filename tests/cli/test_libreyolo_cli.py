@@ -42,3 +42,11 @@ def test_run_with_the_id_patches_the_users_process(cli, tmp_path):
     report = json.loads((tmp_path / "reports" / "report.json").read_text())
     [proc] = report["processes"]
     assert {g["status"] for g in proc["report"]["groups"]} == {"applied"}
+
+
+def test_list_names_libreyolo_as_the_host_library_with_its_release(cli):
+    import libreyolo
+
+    rows = json.loads(cli("list", "--json").stdout)
+    hosts = {r["catalog"]: r["host_packages"] for r in rows}
+    assert hosts["turbo_physai.catalogs.libreyolo"] == {"libreyolo": libreyolo.__version__}
