@@ -19,6 +19,7 @@ from libreyolo import kernels as registry  # noqa: E402
 from libreyolo.kernels.attention import ms_deform_attn as slot_module  # noqa: E402
 from libreyolo.quant import fake_quant  # noqa: E402
 
+from turbo_physai import _core  # noqa: E402
 from turbo_physai.ops import frontends  # noqa: E402
 from turbo_physai.ops import quant as our_quant  # noqa: E402
 from turbo_physai.optimizations.common.libreyolo import slots  # noqa: E402
@@ -141,6 +142,40 @@ def test_msda_slot_trains_on_the_cpu_where_libreyolos_providers_do_not_run(op_ca
         ours = _grads(run, value, loc, weights)
     assert op_calls == [tuple(value.shape)]
     _close(ours, stock)
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and hasattr(_core, "ms_deform_attn_forward_cuda")),
+    reason="needs a GPU and a CUDA build",
+)
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_msda_slot_on_cuda_comes_before_libreyolos_providers(grad, op_calls):
+    """On a GPU the slot holds LibreYOLO's Triton kernel (inference only) and maybe its Hub
+    one; ours comes first, for inference and for training, matching grid_sample in float32."""
+    core = _module("rtdetr").deformable_attention_core_func
+    value, shapes, loc, weights = (
+        t.cuda().float() if isinstance(t, torch.Tensor) else t for t in _slot_inputs()
+    )
+
+    def run(v, sl, w):
+        return core(v, shapes, sl, w)
+
+    def outputs():
+        if grad:
+            return _grads(run, value, loc, weights)
+        with torch.no_grad():
+            return [run(value, loc, weights)]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LIBREYOLO_KERNELS", "off")  # LibreYOLO's grid_sample port: the reference
+        registry.clear_cache()
+        reference = outputs()
+    registry.clear_cache()
+    with tpa.applied(groups=["libreyolo.kernels"], strict=True):
+        assert registry.resolve("ms_deform_attn") is frontends.libreyolo_ms_deform_attn
+        ours = outputs()
+    assert op_calls
+    _close(ours, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_msda_slot_declines_what_our_op_does_not_take(op_calls):
