@@ -1,7 +1,7 @@
 """benchmarks/e2e_libreyolo.py: LibreYOLO's own DETR models, stock vs ``turbo_physai.libreyolo``.
 
     PYTHONPATH=src python benchmarks/e2e_libreyolo.py [--models rtdetr,lwdetr,deformable_detr]
-        [--batch 8] [--reps 10] [--compile MODE] [--json PATH]
+        [--batch 8] [--reps 10] [--compile MODE [--compile-backend NAME]] [--json PATH]
     PYTHONPATH=src python benchmarks/e2e_libreyolo.py --quick     # CPU, tiny: checks it runs
 
 Models from LibreYOLO's own constructors and size tables, random weights, nothing downloaded:
@@ -19,6 +19,8 @@ forward, backward of ``logits.square().mean() + boxes.sum()``, no optimizer step
 each side's slot resolved to, and the largest output difference in eval mode.
 ``--compile MODE`` adds both sides under ``torch.compile(model, mode=MODE)``: LibreYOLO switches
 its slot off while compiling (grid_sample in the graph); our family groups keep our op there.
+``--compile-backend aot_eager`` traces without code generation (MODE ignored): with ``--quick``,
+a check here that the compiled variant runs.
 """
 
 from __future__ import annotations
@@ -121,12 +123,12 @@ def first_call_s(fn, device) -> tuple[object, float]:
     return result, round(time.perf_counter() - start, 1)
 
 
-def measure(model, start_state, pixels, device, reps, compile_mode):
+def measure(model, start_state, pixels, device, reps, compile_options):
     # Training steps move BatchNorm statistics: each side starts from the same state, and its
     # eval outputs are taken before it trains. Under torch.compile the first calls compile:
     # their time is reported, not measured.
     model.load_state_dict(start_state)
-    forward = torch.compile(model, mode=compile_mode) if compile_mode else model
+    forward = torch.compile(model, **compile_options) if compile_options is not None else model
     infer, train_step = calls(model, forward, pixels)
     figures = {"slot": registry.active().get("ms_deform_attn", "unavailable")}
     out, figures["inference_first_call_s"] = first_call_s(infer, device)
@@ -140,16 +142,16 @@ def max_diff(a, b) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
-def compare(model, start_state, pixels, args, prefix, mode):
+def compare(model, start_state, pixels, args, prefix, compile_options):
     row = {}
     torch._dynamo.reset()
     row[f"{prefix}stock"], stock_out = measure(
-        model, start_state, pixels, args.device, args.reps, mode
+        model, start_state, pixels, args.device, args.reps, compile_options
     )
     torch._dynamo.reset()
     with turbo_physai.applied(CONFIG, strict=True):
         row[f"{prefix}ours"], ours_out = measure(
-            model, start_state, pixels, args.device, args.reps, mode
+            model, start_state, pixels, args.device, args.reps, compile_options
         )
     row[f"{prefix}max_abs_diff"] = max_diff(ours_out, stock_out)
     for key in ("inference", "train_step"):
@@ -166,10 +168,16 @@ def run_model(name, args):
     pixels = torch.randn(args.batch, 3, size, size, generator=gen).to(args.device)
     start_state = copy.deepcopy(model.state_dict())
     row = {"shape": list(pixels.shape)}
-    variants = [("", None)] + ([("compiled_", args.compile)] if args.compile else [])
-    for prefix, mode in variants:
+    variants = [("", None)]
+    if args.compile:
+        options = {"backend": args.compile_backend}
+        if args.compile_backend == "inductor":
+            options["mode"] = args.compile
+        variants.append(("compiled_", options))
+        row["compile_options"] = options
+    for prefix, options in variants:
         try:
-            row.update(compare(model, start_state, pixels, args, prefix, mode))
+            row.update(compare(model, start_state, pixels, args, prefix, options))
         except Exception as error:  # recorded: the model's other figures stay usable
             if not prefix:
                 raise
@@ -221,6 +229,7 @@ def main(argv=None):
         default=None,
         help="also measure both under torch.compile(mode=MODE), e.g. default",
     )
+    parser.add_argument("--compile-backend", metavar="NAME", default="inductor")
     parser.add_argument(
         "--quick",
         action="store_true",
