@@ -280,51 +280,48 @@ def test_bad_options_block_the_group_naming_the_problem(options, message):
 
 
 def _family_call(family, points_list=None):
-    """(function of (value, locations, weights), leaves) calling the family's MSDA core the way
-    its attention module does, in its own layouts."""
+    """(function of three leaves, the leaves): the family's MSDA core called the way its
+    attention module calls it, in its own layouts."""
     value, shapes, loc, weights = _slot_inputs()
-    n, s, m, d = value.shape
+    n, _, m, d = value.shape
+    lq, levels, points = loc.shape[1], len(shapes), loc.shape[4]
     module = _module(family)
-    if family == "rtdetr":
-        return lambda v, sl, w: module.deformable_attention_core_func(v, shapes, sl, w), (
-            value,
-            loc,
-            weights,
-        )
-    if family in ("rtdetrv2", "dfine", "deim"):
-        points = points_list or [loc.shape[4]] * len(shapes)
-        total = sum(points)
-        loc = torch.rand(n, loc.shape[1], m, total, 2, dtype=value.dtype) * 1.2 - 0.1
-        weights = torch.rand(n, loc.shape[1], m, total, dtype=value.dtype)
-        core = module.deformable_attention_core_func_v2
+    gen = torch.Generator().manual_seed(3)
+    if family in ("rtdetrv2", "dfine", "deim"):  # points of all levels in one axis
+        points_list = points_list or [points] * levels
+        total = sum(points_list)
+        loc = torch.rand(n, lq, m, total, 2, generator=gen, dtype=value.dtype) * 1.2 - 0.1
+        weights = torch.rand(n, lq, m, total, generator=gen, dtype=value.dtype)
+    sizes = [h * w for h, w in shapes]
+
+    def call(v, sl, w):
+        if family == "rtdetr":
+            return module.deformable_attention_core_func(v, shapes, sl, w)
         if family == "rtdetrv2":
-            return lambda v, sl, w: core(v, shapes, sl, w, points), (value, loc, weights)
-        sizes = [h * w for h, w in shapes]
-        # D-FINE/DEIM hand in one (N, M, D, H*W) tensor per level
-        return lambda v, sl, w: core(
-            list(v.permute(0, 2, 3, 1).split(sizes, -1)), shapes, sl, w, points
-        ), (value, loc, weights)
-    if family == "lwdetr":  # value (N, M, D, S), weights flattened over (levels, points)
-        return lambda v, sl, w: module.ms_deform_attn_core_pytorch(
-            v.permute(0, 2, 3, 1), shapes, sl, w.flatten(3, 4)
-        ), (value, loc, weights)
-    if family == "deformable_detr":
-        return lambda v, sl, w: module.ms_deform_attn_core_pytorch(
-            v, torch.tensor(shapes), sl, w
-        ), (value, loc, weights)
-    assert family == "rfdetr"  # the attention module: the slot call is inside its forward
+            return module.deformable_attention_core_func_v2(v, shapes, sl, w, points_list)
+        if family in ("dfine", "deim"):  # one (N, M, D, H*W) tensor per level
+            per_level = list(v.permute(0, 2, 3, 1).split(sizes, -1))
+            return module.deformable_attention_core_func_v2(per_level, shapes, sl, w, points_list)
+        if family == "lwdetr":  # value (N, M, D, S), weights flattened over (levels, points)
+            return module.ms_deform_attn_core_pytorch(
+                v.permute(0, 2, 3, 1), shapes, sl, w.flatten(3, 4)
+            )
+        return module.ms_deform_attn_core_pytorch(v, torch.tensor(shapes), sl, w)
+
+    if family != "rfdetr":
+        return call, (value, loc, weights)
+    # RF-DETR calls the slot from its attention module's forward: query and reference points in
     torch.manual_seed(0)
-    attn = module.MSDeformAttn(
-        d_model=m * d, n_levels=len(shapes), n_heads=m, n_points=loc.shape[4]
-    ).double()
-    starts = torch.tensor([0, shapes[0][0] * shapes[0][1]])
-    query = torch.randn(n, loc.shape[1], m * d, dtype=value.dtype)
-    ref = torch.rand(n, loc.shape[1], len(shapes), 2, dtype=value.dtype)
-    return lambda v, q, r: attn(q, r, v.flatten(2), torch.tensor(shapes), starts, None, shapes), (
-        value,
-        query,
-        ref,
-    )
+    attn = module.MSDeformAttn(d_model=m * d, n_levels=levels, n_heads=m, n_points=points)
+    attn = attn.double()
+    starts = torch.tensor([0, sizes[0]])
+    query = torch.randn(n, lq, m * d, generator=gen, dtype=value.dtype)
+    ref = torch.rand(n, lq, levels, 2, generator=gen, dtype=value.dtype)
+
+    def attend(v, q, r):
+        return attn(q, r, v.flatten(2), torch.tensor(shapes), starts, None, shapes)
+
+    return attend, (value, query, ref)
 
 
 @pytest.mark.parametrize("group_id", FAMILY_IDS)
