@@ -42,7 +42,10 @@ def build(name: str, size: str = "small", *, dtype: torch.dtype = torch.float32,
     model = model.to(device=device, dtype=dtype).eval()
     gen = torch.Generator().manual_seed(seed)
     pixels = torch.randn(batch, 3, side, side, generator=gen, dtype=dtype).to(device)
-    return Built(name, model, {"pixel_values": pixels}, (f"transformers.{name}.msda",), outputs)
+    # The model's MSDA group for the installed release's structure (catalogs/transformers.py).
+    from .catalogs.transformers import msda_group
+
+    return Built(name, model, {"pixel_values": pixels}, (msda_group(name),), outputs)
 
 
 def _detection(out: Any) -> tuple[torch.Tensor, ...]:

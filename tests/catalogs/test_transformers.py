@@ -1,8 +1,12 @@
 """The transformers catalog: every MSDA group gives the same outputs and gradients as
-transformers' own code (float64, tolerance below), routes through our op, and rolls back to the
-identical objects; compile groups keep our op in one graph; kernelize is detected."""
+transformers' own code (float64, tolerance below; on CUDA, float32 no farther from the float64
+truth than transformers' own float32 code), routes through our op, and rolls back to the
+identical objects; compile groups keep our op in one graph; kernelize is detected; only code
+the tests passed on is accepted. Runs on every transformers release (tools/compat_matrix.sh):
+groups whose structure a release lacks skip."""
 
 import importlib
+import sys
 import types
 import warnings
 
@@ -12,15 +16,38 @@ import turbo_physai as tpa
 from turbo_physai.catalogs import transformers as catalog
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
-from turbo_physai import zoo  # noqa: E402
+from turbo_physai import _core, zoo  # noqa: E402
+from turbo_physai.engine.paths import ResolutionError, resolve  # noqa: E402
 from turbo_physai.ops import frontends  # noqa: E402
-from turbo_physai.optimizations.common.transformers import msda  # noqa: E402
+from turbo_physai.optimizations.common.transformers import evidence, msda  # noqa: E402
 
 # float64 on both sides: the op and grid_sample differ only in summation order.
 RTOL, ATOL = 1e-9, 1e-11
-MODEL_IDS = [g.id for g in catalog.GROUPS if g.id.endswith(".msda")]
+MODEL_IDS = list(catalog.MSDA_IDS)
+GROUPS = {g.id: g for g in catalog.GROUPS}
+CUDA = pytest.mark.skipif(
+    not (hasattr(_core, "ms_deform_attn_forward_cuda") and torch.cuda.is_available()),
+    reason="needs a GPU and a CUDA build")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+
+
+@pytest.fixture
+def exact_cuda_math():
+    """No TF32 in convolutions and matrix products: float32 error is then the kernels' own."""
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _require(group_id):
+    """Skip where the installed release lacks the group's target (another structure)."""
+    try:
+        resolve(GROUPS[group_id].declarations[0].target)
+    except ResolutionError as err:
+        pytest.skip(f"transformers {transformers.__version__}: {err}")
 
 
 def _module(model):
@@ -62,7 +89,7 @@ def _run(built):
     return [o.detach().clone() for o in outputs], [g.clone() for g in grads]
 
 
-def _scrambled(name):
+def _scrambled(name, dtype=torch.float64, device="cpu"):
     # transformers' init leaves some projections near zero (RT-DETR's attention output is
     # ~1e-10), which would make any MSDA look right; noise on every weight makes it matter.
     built = zoo.build(name, "tiny", dtype=torch.float64)
@@ -70,6 +97,8 @@ def _scrambled(name):
     with torch.no_grad():
         for p in built.model.parameters():
             p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.1)
+    built.model.to(device=device, dtype=dtype)
+    built.inputs = {k: v.to(device=device, dtype=dtype) for k, v in built.inputs.items()}
     return built
 
 
@@ -78,12 +107,25 @@ def _close(got, want):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
 
 
+def _no_farther(got, stock, truth):
+    """float32 on CUDA: each tensor of ``got`` is no farther from the float64 ``truth`` than
+    transformers' own float32 result ``stock`` is (4x that, plus a few float32 ulps)."""
+    for a, b, t in zip(got, stock, truth, strict=True):
+        t = t.cpu()
+        scale = max(t.norm().item(), 1e-30)
+        mine, theirs = ((x.cpu().double() - t).norm().item() / scale for x in (a, b))
+        assert mine <= 4 * theirs + 1e-6, (mine, theirs, tuple(t.shape))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", zoo.MODELS)
-def test_whole_model_outputs_and_gradients_match_and_roll_back(name, op_calls):
+def test_whole_model_outputs_and_gradients_match_and_roll_back(name, device, op_calls,
+                                                               exact_cuda_math):
     if name == "mask2former":
         pytest.importorskip("scipy")  # transformers builds Mask2FormerLoss with the model
-    built = _scrambled(name)
-    group = next(g for g in catalog.GROUPS if g.id == f"transformers.{name}.msda")
+    group = GROUPS[catalog.msda_group(name)]
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    built = _scrambled(name, dtype, device)
     namespace, attr = _target(group)
     original = namespace[attr]
     stock = _run(built)
@@ -92,10 +134,18 @@ def test_whole_model_outputs_and_gradients_match_and_roll_back(name, op_calls):
         optimized = _run(built)
     assert op_calls, "the model never reached ms_deform_attn"
     assert namespace[attr] is original
-    _close(optimized[0], stock[0])
-    _close(optimized[1], stock[1])
+    if device == "cpu":
+        _close(optimized[0], stock[0])
+        _close(optimized[1], stock[1])
+    else:
+        truth = _run(_scrambled(name))
+        _no_farther(optimized[0] + optimized[1], stock[0] + stock[1], truth[0] + truth[1])
+    calls = len(op_calls)
     after = _run(built)
-    for a, b in zip(after[0] + after[1], stock[0] + stock[1], strict=True):
+    assert len(op_calls) == calls
+    # grid_sample's CUDA backward adds with atomics: only its forward repeats bit for bit there.
+    repeat = after[0] + after[1] if device == "cpu" else after[0]
+    for a, b in zip(repeat, stock[0] + stock[1], strict=False):
         assert torch.equal(a, b)
 
 
@@ -110,47 +160,63 @@ def _call_site_inputs(n=2, lq=5, m=2, d=4, levels=((6, 5), (3, 2)), p=3):
     return value, shapes, [tuple(x) for x in levels], loc, weights
 
 
-def _call(name, fn, value, shapes, shape_list, loc, weights):
-    if name in catalog.CLASS_MODELS:
+def _form(group):
+    """How the model calls the group's target: a module's forward, the function, or v2's."""
+    target = group.declarations[0].target
+    return "class" if target.endswith(".forward") else "v2" if target.endswith("_v2") else "function"
+
+
+def _call(form, fn, value, shapes, shape_list, loc, weights):
+    if form == "class":
         starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
         return fn(value, shapes, shape_list, starts, loc, weights, 64)
-    if name in catalog.FUNCTION_MODELS:
+    if form == "function":
         return fn(value, shape_list, loc, weights)
     n, lq, m, levels, p, _ = loc.shape
     return fn(value, shape_list, loc.flatten(3, 4), weights.flatten(3, 4), [p] * levels)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("group_id", MODEL_IDS)
-def test_call_site_forward_and_gradients_match(group_id, op_calls):
+def test_call_site_forward_and_gradients_match(group_id, device, op_calls):
     """Every group, at the exact callable the model calls, as the model calls it."""
+    _require(group_id)
     name = group_id.split(".")[1]
-    group = next(g for g in catalog.GROUPS if g.id == group_id)
+    group = GROUPS[group_id]
+    form = _form(group)
     module = _module(name)
-    if name in catalog.CLASS_MODELS:
+    if form == "class":
         instance = module.MultiScaleDeformableAttention()
         fn = instance  # nn.Module.__call__ looks forward up on the class at each call
     else:
         fn = None
     inputs = _call_site_inputs()
 
-    def run():
-        leaves = [t.clone().requires_grad_() for t in (inputs[0], inputs[3], inputs[4])]
+    def run(dtype=torch.float64, on=device):
+        tensors = [t.to(on, dtype) for t in (inputs[0], inputs[3], inputs[4])]
+        leaves = [t.requires_grad_() for t in tensors]
         call = fn or vars(module)[group.declarations[0].target.rsplit(".", 1)[1]]
-        out = _call(name, call, leaves[0], inputs[1], inputs[2], leaves[1], leaves[2])
+        out = _call(form, call, leaves[0], inputs[1].to(on), inputs[2], leaves[1], leaves[2])
         grads = torch.autograd.grad((out * out).sum(), leaves)
         return [out.detach(), *grads]
 
+    dtype = torch.float64 if device == "cpu" else torch.float32
     namespace, attr = _target(group)
     original = namespace[attr]
-    stock = run()
+    assert evidence.math_problems(original) == []
+    stock = run(dtype)
     with tpa.applied(groups=[group_id], strict=True):
-        optimized = run()
+        optimized = run(dtype)
     assert op_calls
     assert namespace[attr] is original
-    _close(optimized, stock)
+    if device == "cpu":
+        _close(optimized, stock)
+    else:
+        _no_farther(optimized, stock, run(torch.float64, "cpu"))
 
 
 def test_rt_detr_v2_keeps_discrete_sampling_and_uneven_points_on_transformers_code():
+    _require("transformers.rt_detr_v2.msda")
     module = _module("rt_detr_v2")
     value, shapes, shape_list, loc, weights = _call_site_inputs(p=2)
     flat_loc, flat_w = loc.flatten(3, 4), weights.flatten(3, 4)
@@ -166,19 +232,50 @@ def test_rt_detr_v2_keeps_discrete_sampling_and_uneven_points_on_transformers_co
         assert torch.equal(a, b)
 
 
-def test_every_group_applies_on_the_validated_release():
+def test_every_group_whose_code_this_release_has_applies():
+    """Blocked only where the release lacks the structure (or what depends on it)."""
     report = tpa.check(groups=[g.id for g in catalog.GROUPS])
-    assert all(g.decision == "apply" for g in report.groups), str(report)
-    assert all(catalog.COMMON in g.depends_on for g in catalog.GROUPS if g.id in MODEL_IDS)
+    for g in report.groups:
+        assert g.decision == "apply" or set(g.reasons) <= {"target.unresolved",
+                                                           "dependency.blocked"}, str(report)
+    assert all(catalog.msda_group(m) in [g.id for g in report.groups if g.decision == "apply"]
+               for m in zoo.MODELS)
+    assert all(catalog.COMMON in GROUPS[i].depends_on for i in MODEL_IDS)
 
 
-def test_other_transformers_releases_are_blocked_and_force_does_not_help(monkeypatch):
+def test_validated_code_is_accepted_under_any_version(monkeypatch):
+    group_id = catalog.msda_group("rt_detr")
+    namespace, attr = _target(GROUPS[group_id])
+    known = {evidence.fingerprint(namespace[attr]): {"code": attr, "releases": ["1.0"]}}
+    monkeypatch.setattr(evidence, "validated", lambda: known)
+    monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "9.1"))
+    monkeypatch.delenv(msda.VALIDATING, raising=False)
+    assert tpa.check(groups=[group_id]).group(group_id).decision == "apply"
+    monkeypatch.setattr(evidence, "validated", dict)  # the same release, code no test ran on
+    assert tpa.check(groups=[group_id]).group(group_id).decision == "block"
+
+
+def test_validating_lets_new_code_through_on_that_release_only(monkeypatch):
+    group_id = catalog.msda_group("rt_detr")
+    monkeypatch.setattr(evidence, "validated", dict)
     monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "5.30"))
-    report = tpa.check(groups=["transformers.rt_detr.msda"],
-                       force_groups=["transformers.rt_detr.msda"])
-    group = report.group("transformers.rt_detr.msda")
+    for validating, decision in (("5.30", "apply"), ("5.31", "block")):
+        monkeypatch.setenv(msda.VALIDATING, validating)
+        assert tpa.check(groups=[group_id]).group(group_id).decision == decision, validating
+
+
+def test_unvalidated_code_is_blocked_naming_the_release_and_the_command(monkeypatch):
+    monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "5.30"))
+    monkeypatch.setattr(evidence, "validated", dict)
+    monkeypatch.delenv(msda.VALIDATING, raising=False)
+    group_id = catalog.msda_group("rt_detr")
+    report = tpa.check(groups=[group_id], force_groups=[group_id])
+    group = report.group(group_id)
     assert group.reasons == ["compatibility.incompatible"]
-    assert "5.30 is not a validated release" in str(group.to_dict()["checks"])
+    text = str(group.to_dict()["checks"])
+    assert "transformers 5.30: transformers.models.rt_detr" in text
+    assert "fingerprint msda-ast-v1:" in text and "no test ran on this code" in text
+    assert "`tools/compat_matrix.sh --record 5.30`" in text
 
 
 def _kernelize_like_kernels(model):
@@ -193,6 +290,7 @@ def _kernelize_like_kernels(model):
 def hub_extensible(monkeypatch):
     # transformers marks the class with kernels' decorator only when a kernels release it
     # supports is installed; mark it the way kernels.replace_kernel_forward_from_hub does.
+    _require("transformers.deformable_detr.msda")
     cls = _module("deformable_detr").MultiScaleDeformableAttention
     monkeypatch.setattr(cls, "kernel_layer_name", "MultiScaleDeformableAttention", raising=False)
     return cls
@@ -212,21 +310,37 @@ def test_instances_kernelized_before_apply_block_the_group(hub_extensible):
     assert tpa.check(groups=["transformers.deformable_detr.msda"]).ok
 
 
+def _transformers_kernelize(monkeypatch, model):
+    """Let transformers' own kernelize run here, with kernels' kernelize binding per instance
+    (the real one needs a supported kernels release; see _kernelize_like_kernels): the module
+    function (5.17 on) or the method PreTrainedModel.kernelize (4.57 to 5.10)."""
+    modeling_utils = importlib.import_module("transformers.modeling_utils")
+    modes = types.SimpleNamespace(INFERENCE=0, TRAINING=1, ALL=2)
+    if hasattr(modeling_utils, "kernelize"):
+        hub = importlib.import_module("transformers.integrations.hub_kernels")
+        monkeypatch.setattr(hub, "is_kernels_available", lambda: True)
+        monkeypatch.setattr(hub, "_kernels_kernelize",
+                            lambda m, **kw: _kernelize_like_kernels(m), raising=False)
+        for name in ("Mode", "KernelizeFallback"):
+            monkeypatch.setattr(hub, name, modes, raising=False)
+        return lambda: modeling_utils.kernelize(model)
+    if not hasattr(modeling_utils.PreTrainedModel, "kernelize"):
+        pytest.skip(f"transformers {transformers.__version__} has no kernelize")
+    kernels = types.ModuleType("kernels")  # what the method imports
+    kernels.Device, kernels.Mode = (lambda type: type), modes
+    kernels.kernelize = lambda m, **kw: _kernelize_like_kernels(m)
+    monkeypatch.setitem(sys.modules, "kernels", kernels)
+    monkeypatch.setattr(modeling_utils, "is_kernels_available", lambda: True)
+    return lambda: model.kernelize()
+
+
 def test_kernelize_after_apply_is_reported_not_claimed(hub_extensible, monkeypatch):
-    hub = importlib.import_module("transformers.integrations.hub_kernels")
     built = zoo.build("deformable_detr", "tiny")
-    # Let transformers' own kernelize run here: kernels available, its kernelize binding per
-    # instance (the real one needs a supported kernels release; see _kernelize_like_kernels).
-    monkeypatch.setattr(hub, "is_kernels_available", lambda: True)
-    monkeypatch.setattr(hub, "_kernels_kernelize", lambda m, **kw: _kernelize_like_kernels(m),
-                        raising=False)
-    for name in ("Mode", "KernelizeFallback"):
-        monkeypatch.setattr(hub, name, types.SimpleNamespace(INFERENCE=0, TRAINING=1, ALL=2),
-                            raising=False)
+    kernelize = _transformers_kernelize(monkeypatch, built.model)
     with tpa.applied(groups=["transformers.deformable_detr.msda"], strict=True) as report:
-        modeling_utils = importlib.import_module("transformers.modeling_utils")
-        with pytest.warns(RuntimeWarning, match="kernelize bound a forward to 4 module"):
-            modeling_utils.kernelize(built.model)
+        with pytest.warns(RuntimeWarning, match="kernelize bound a forward to 4 module") as seen:
+            kernelize()
+        assert len([w for w in seen if "kernelize bound" in str(w.message)]) == 1
         group = report.group("transformers.deformable_detr.msda")
         assert "kernelize.bypass" in group.reasons
         assert len(msda.bypassing(built.model)) == 4
@@ -236,6 +350,7 @@ def test_kernelize_after_apply_is_reported_not_claimed(hub_extensible, monkeypat
 
 def test_compile_groups_keep_the_op_in_one_graph(op_calls):
     """fullgraph=True raises on any graph break; aot_eager traces forward and backward."""
+    _require("transformers.deformable_detr.msda")
     built = _scrambled("deformable_detr")
     stock = _run(built)
     options = {"backend": "aot_eager", "fullgraph": True, "dynamic": False}
@@ -259,7 +374,8 @@ def test_compile_groups_keep_the_op_in_one_graph(op_calls):
                                       "transformers.deformable_detr.compile_model"])
 def test_compile_groups_run_fullgraph_and_roll_back(group_id, op_calls):
     """aot_eager traces forward and backward; fullgraph=True raises on any graph break."""
-    group = next(g for g in catalog.GROUPS if g.id == group_id)
+    group = GROUPS[group_id]
+    _require(group.depends_on[0])
     namespace, attr = _target(group)
     original = namespace[attr]
     built = _scrambled(group_id.split(".")[1])

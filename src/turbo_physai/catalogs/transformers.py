@@ -1,12 +1,17 @@
 """transformers catalog: our ``ms_deform_attn`` op in every deformable model of HF transformers,
 and ``torch.compile`` of their encoder/decoder layers.
 
-Validated against transformers 5.24 (``optimizations.common.transformers.msda.VALIDATED``; each
-MSDA group's compatibility_check blocks other releases). Model modules that a release lacks are
-blocked with ``target.unresolved``. In 5.24 every model has its own copy of the MSDA class
-(generated from ``modular_*.py``), so no module re-exports another's: there are no aliases to
-declare. Declaring imports nothing; see docs/catalogs/transformers.md for the groups, the models
-left out (D-FINE, DEIMv2) and why.
+Compatibility is by evidence, not by release: each MSDA group accepts the transformers releases
+whose code at its targets has a fingerprint the catalog tests passed on
+(``optimizations.common.transformers.evidence``; validated.json lists them). Releases differ in
+structure, so a model may have one group per structure: 5.x and 4.50+ give every model its own
+``MultiScaleDeformableAttention`` class (``transformers.<m>.msda``); 4.46 and older call a
+module-level ``multi_scale_deformable_attention`` from ``<M>MultiscaleDeformableAttention``
+(``transformers.<m>.msda_function``). Where a release lacks a model or a structure, the group is
+blocked with ``target.unresolved``. Every model module defines its own copy of the class or
+function, so no module re-exports another's: there are no aliases to declare. Declaring imports
+nothing; see docs/catalogs/transformers.md for the groups, the releases validated, the models left
+out (D-FINE, DEIMv2) and why.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ CLASS_MODELS = (
 #: Models that call a module-level ``multi_scale_deformable_attention(value, shapes, locations,
 #: weights)`` by its global name from their attention module's forward.
 FUNCTION_MODELS = ("mask2former", "oneformer")
+#: Models that did the same in 4.46 and older, before their per-model class (4.50 on).
+LEGACY_FUNCTION_MODELS = ("deformable_detr", "rt_detr", "grounding_dino", "omdet_turbo")
 
 
 def _module(model: str) -> str:
@@ -48,20 +55,30 @@ def _module(model: str) -> str:
 
 
 # Shared by every MSDA group: kernelize binds forwards to instances, past any class-level
-# replacement; the guard reports it (optimizations/common/transformers/msda.py says how).
-# modeling_utils imports the function by name, and that copy is the one set_use_kernels calls.
+# replacement; the guard reports it (optimizations/common/transformers/msda.py says how). Releases
+# kernelize in one of two places: 4.57 to 5.10 in the method PreTrainedModel.kernelize (which
+# use_kernels calls), later in a module function that modeling_utils imports by name (that copy
+# is the one set_use_kernels calls); 4.50 and older have neither. Each target is optional: a
+# release that lacks one has nothing there to guard.
 MSDA_COMMON = group(
     COMMON,
     wrap(
         target="transformers.integrations.hub_kernels.kernelize",
         aliases=("transformers.modeling_utils.kernelize",),
         replacement=f"{_OPT}.transformers.msda.kernelize_guard",
+        optional=True,
+    ),
+    wrap(
+        target="transformers.modeling_utils.PreTrainedModel.kernelize",
+        replacement=f"{_OPT}.transformers.msda.kernelize_guard",
+        optional=True,
     ),
 )
 
-def _msda_group(model: str, target: str, replacement: str, runtime_condition: str | None = None):
+def _msda_group(model: str, target: str, replacement: str, runtime_condition: str | None = None,
+                name: str = "msda"):
     return group(
-        f"transformers.{model}.msda",
+        f"transformers.{model}.{name}",
         replace(
             target=f"{_module(model)}.{target}",
             replacement=f"{_OPS}.{replacement}",
@@ -79,6 +96,11 @@ _CLASS_GROUPS = tuple(
 _FUNCTION_GROUPS = tuple(
     _msda_group(m, "multi_scale_deformable_attention", "transformers_function")
     for m in FUNCTION_MODELS
+)
+_LEGACY_GROUPS = tuple(
+    _msda_group(m, "multi_scale_deformable_attention", "transformers_function",
+                name="msda_function")
+    for m in LEGACY_FUNCTION_MODELS
 )
 # RT-DETRv2 concatenates the points of all levels and has a "discrete" sampling method; the
 # condition keeps that method and uneven points per level on transformers' code.
@@ -128,9 +150,28 @@ GROUPS = (
     MSDA_COMMON,
     *_CLASS_GROUPS,
     *_FUNCTION_GROUPS,
+    *_LEGACY_GROUPS,
     RT_DETR_V2,
     COMPILE_DEFORMABLE_DETR,
     COMPILE_DEFORMABLE_DETR_MODEL,
     COMPILE_RT_DETR,
     COMPILE_RT_DETR_MODEL,
 )
+
+#: The MSDA groups (each replaces one model's MSDA code), for every structure of every release.
+MSDA_IDS = tuple(g.id for g in (*_CLASS_GROUPS, *_FUNCTION_GROUPS, *_LEGACY_GROUPS, RT_DETR_V2))
+
+
+def msda_group(model: str) -> str:
+    """The id of ``model``'s MSDA group whose target the installed transformers has."""
+    from ..engine.paths import ResolutionError, resolve
+
+    declared = [g for g in GROUPS if g.id in MSDA_IDS and g.id.split(".")[1] == model]
+    for g in declared:
+        try:
+            resolve(g.declarations[0].target)
+        except ResolutionError:
+            continue
+        return g.id
+    raise LookupError(f"no MSDA group of {model!r} has its target in the installed transformers "
+                      f"(declared: {', '.join(g.id for g in declared) or 'none'})")

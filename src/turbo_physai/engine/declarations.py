@@ -32,6 +32,9 @@ class Replace:
     replacement: str
     aliases: tuple[str, ...] = ()
     runtime_condition: str | None = None
+    #: A target some releases of the host library lack (and need no patch there): where it does
+    #: not resolve, the declaration patches nothing instead of blocking its group.
+    optional: bool = False
 
     kind = "replace"
     import_compat = False
@@ -226,9 +229,10 @@ def replace(
     replacement: str,
     aliases: Iterable[str] | str = (),
     runtime_condition: str | None = None,
+    optional: bool = False,
 ) -> Replace:
     """Replace the object at ``target`` with the object at ``replacement``."""
-    return Replace(target, replacement, aliases, runtime_condition)  # type: ignore[arg-type]
+    return Replace(target, replacement, aliases, runtime_condition, optional)  # type: ignore[arg-type]
 
 
 def wrap(
@@ -236,9 +240,10 @@ def wrap(
     replacement: str,
     aliases: Iterable[str] | str = (),
     runtime_condition: str | None = None,
+    optional: bool = False,
 ) -> Wrap:
     """Install ``replacement(original, options)`` at ``target``."""
-    return Wrap(target, replacement, aliases, runtime_condition)  # type: ignore[arg-type]
+    return Wrap(target, replacement, aliases, runtime_condition, optional)  # type: ignore[arg-type]
 
 
 def replace_import(target: str, replacement: str) -> ReplaceImport:

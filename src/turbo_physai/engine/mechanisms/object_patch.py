@@ -46,7 +46,10 @@ def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
     try:
         target = resolve(decl.target)
     except ResolutionError as err:
-        checks.append(Check("target.resolve", FAIL, str(err), reason="target.unresolved"))
+        if decl.optional:  # nothing of it in this release: nothing to patch
+            checks.append(Check("target.resolve", NOT_APPLICABLE, f"optional target: {err}"))
+        else:
+            checks.append(Check("target.resolve", FAIL, str(err), reason="target.unresolved"))
         return patch
     kind = kinds.kind_of(target.found)
     original = unwrap_descriptor(target.found)

@@ -18,6 +18,7 @@ one of our class-level replacements. Neither undoes what kernelize did: the user
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import gc
 import warnings
@@ -26,30 +27,26 @@ from typing import Any
 
 from ....engine.context import CompatibilityResult
 from ....engine.paths import ResolutionError, resolve
+from . import evidence
 
-#: transformers releases whose MSDA classes and functions the groups were validated against
-#: (signatures, call sites, numerics: tests/catalogs/test_transformers.py). Extend it only
-#: after running those tests on the new release.
-VALIDATED = ">=5.24,<5.25"
+#: The environment variable naming the release whose tests run to validate it (evidence.py).
+VALIDATING = "TPA_VALIDATE_TRANSFORMERS"
 
+#: Set while a guarded kernelize runs: a release whose PreTrainedModel.kernelize calls the
+#: module-level kernelize reports once, from the outer call.
+_guarding = contextvars.ContextVar("turbo_physai_kernelize_guard", default=False)
 
 def check(context) -> CompatibilityResult:
-    """compatibility_check of every MSDA model group: a validated transformers release, and no
-    live instance of a target class with its own ``forward`` (kernelized)."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    installed = context.package_version("transformers")
-    if installed is None:  # the unresolvable target says more (target.unresolved)
-        return CompatibilityResult(True, VALIDATED, None, "transformers is not installed")
-    try:
-        ok = Version(installed) in SpecifierSet(VALIDATED)
-    except InvalidVersion as err:
-        return CompatibilityResult(False, VALIDATED, installed, f"unreadable version: {err}")
-    if not ok:
-        return CompatibilityResult(
-            False, VALIDATED, installed, f"transformers {installed} is not a validated release"
-        )
+    """compatibility_check of every MSDA model group: code at each target that the catalog tests
+    passed on (:mod:`.evidence`), and no live instance of a target class with its own
+    ``forward`` (kernelized)."""
+    release = context.package_version("transformers")
+    if release is None:  # the unresolvable target says more (target.unresolved)
+        return CompatibilityResult(True, "validated code", None, "transformers is not installed")
+    for target in context.targets:
+        reason = evidence.judge(target.path, release, context.environment.get(VALIDATING))
+        if reason is not None:
+            return CompatibilityResult(False, "validated code", f"transformers {release}", reason)
     for target in context.targets:
         owner = _owner_class(target.path)
         bound = bound_instances(owner) if owner is not None else 0
@@ -62,7 +59,9 @@ def check(context) -> CompatibilityResult:
                 "(kernels' kernelize, model.kernelize() or use_kernels=True): a class-level "
                 "replacement would not reach them. Apply before building the model.",
             )
-    return CompatibilityResult(True, VALIDATED, installed, "validated transformers release")
+    return CompatibilityResult(
+        True, "validated code", f"transformers {release}", "code the catalog tests passed on"
+    )
 
 
 def _owner_class(path: str) -> type | None:
@@ -101,14 +100,21 @@ def bypassing(model: Any) -> list[str]:
 
 
 def kernelize_guard(original: Callable[..., Any], options: Mapping[str, Any]) -> Callable[..., Any]:
-    """Wrap factory for transformers' ``kernelize(model, mode=None)``: runs it, then reports
-    every submodule it bound over one of our class-level replacements."""
+    """Wrap factory for transformers' ``kernelize(model, mode=None)`` (a module function, or
+    the method ``PreTrainedModel.kernelize(self, mode=None)`` of 4.57 to 5.10): runs it, then
+    reports every submodule it bound over one of our class-level replacements."""
     if options:
         raise ValueError(f"transformers.msda.common takes no options, got {sorted(options)}")
 
     @functools.wraps(original)
     def kernelize(model, *args, **kwargs):
-        result = original(model, *args, **kwargs)
+        if _guarding.get():
+            return original(model, *args, **kwargs)
+        token = _guarding.set(True)
+        try:
+            result = original(model, *args, **kwargs)
+        finally:
+            _guarding.reset(token)
         names = bypassing(model)
         if names:
             _report(model, names)
