@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tools/test.sh [PYTEST ARGS]: set up .venv (tools/setup.sh test), build, and run every test:
-# C++ (GoogleTest via CTest), lint, pytest. What CI runs (.ci/run) and README.md's test command.
+# C++ (GoogleTest via CTest), lint, pytest, then the transformers catalog's tests on the oldest,
+# the GPU image's and the newest transformers release (tools/compat_matrix.sh --ci; its venvs are
+# cached in .cache/compat). What CI runs (.ci/run) and README.md's test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/setup.sh test
@@ -13,3 +15,6 @@ ruff check src tests benchmarks examples
 
 echo "== Python (pytest)"
 python -m pytest -q "$@"
+
+echo "== transformers releases (tools/compat_matrix.sh --ci)"
+bash tools/compat_matrix.sh --ci

@@ -62,11 +62,20 @@ def _resnet(config_class: type, width: int) -> Any:
                         layer_type="basic", out_features=["stage2", "stage3", "stage4"])
 
 
+def _no_named_backbone(config_class: type) -> dict[str, Any]:
+    """``backbone=None`` where the config takes one: 4.x defaults it to "resnet50" and refuses
+    it beside a ``backbone_config``."""
+    import inspect
+
+    return {"backbone": None} if "backbone" in inspect.signature(config_class).parameters else {}
+
+
 def _deformable_detr(width: int, queries: int, layers: int):
     from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
 
     config = DeformableDetrConfig(
-        use_timm_backbone=False, use_pretrained_backbone=False,
+        **_no_named_backbone(DeformableDetrConfig), use_timm_backbone=False,
+        use_pretrained_backbone=False,
         backbone_config=_resnet(ResNetConfig, width), d_model=width,
         encoder_layers=layers, decoder_layers=layers, encoder_ffn_dim=2 * width,
         decoder_ffn_dim=2 * width, num_queries=queries, num_labels=10)

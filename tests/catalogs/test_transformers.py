@@ -42,6 +42,13 @@ def exact_cuda_math():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
 
 
+def _model_group(name):
+    try:
+        return catalog.msda_group(name)
+    except LookupError as err:
+        pytest.skip(f"transformers {transformers.__version__}: {err}")
+
+
 def _require(group_id):
     """Skip where the installed release lacks the group's target (another structure)."""
     try:
@@ -123,7 +130,7 @@ def test_whole_model_outputs_and_gradients_match_and_roll_back(name, device, op_
                                                                exact_cuda_math):
     if name == "mask2former":
         pytest.importorskip("scipy")  # transformers builds Mask2FormerLoss with the model
-    group = GROUPS[catalog.msda_group(name)]
+    group = GROUPS[_model_group(name)]
     dtype = torch.float64 if device == "cpu" else torch.float32
     built = _scrambled(name, dtype, device)
     namespace, attr = _target(group)
@@ -238,8 +245,9 @@ def test_every_group_whose_code_this_release_has_applies():
     for g in report.groups:
         assert g.decision == "apply" or set(g.reasons) <= {"target.unresolved",
                                                            "dependency.blocked"}, str(report)
-    assert all(catalog.msda_group(m) in [g.id for g in report.groups if g.decision == "apply"]
-               for m in zoo.MODELS)
+    applied = {g.id for g in report.groups if g.decision == "apply"}
+    reached = {g.split(".")[1] for g in applied & set(MODEL_IDS)}
+    assert {"deformable_detr", "rt_detr", "mask2former"} <= reached, reached
     assert all(catalog.COMMON in GROUPS[i].depends_on for i in MODEL_IDS)
 
 

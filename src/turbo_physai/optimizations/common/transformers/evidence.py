@@ -197,7 +197,7 @@ def row() -> str:
     msda = set(ok) & {g.id for g in _msda_groups()}
     models = sorted({gid.split(".")[1] for gid in msda})
     return (f"| {importlib.metadata.version('transformers')} | {len(models)}: "
-            f"{', '.join(models)} | {len(ok)} of {len(ids)} |")
+            f"{', '.join(models)} | {len(ok)} of {len(ids)}")
 
 
 if __name__ == "__main__":
