@@ -78,16 +78,18 @@ for release in "${releases[@]}"; do
     start=$SECONDS
     validating=()
     [ $record = 1 ] && validating=(TPA_VALIDATE_TRANSFORMERS="$release")
-    if env PYTHONPATH="$pkg_path" "${validating[@]}" "$python" -m pytest "${PYTEST[@]}" |
-        tail -n 40 >"$CACHE/last.log"; then
+    log=$CACHE/transformers-$release.log
+    if env PYTHONPATH="$pkg_path" "${validating[@]}" "$python" -m pytest "${PYTEST[@]}" >"$log"
+    then
         result="pass"
     else
         result="FAIL" failed=1
+        tail -n 40 "$log"
     fi
-    tail -n 1 "$CACHE/last.log"
-    result="$result: $(tail -n 1 "$CACHE/last.log" | tr -d '=' | sed 's/^ *//; s/ *$//')"
-    [ "$result" != "${result#FAIL}" ] && cat "$CACHE/last.log"
-    if [ $record = 1 ] && [ "${result%%:*}" = pass ]; then
+    summary=$(tail -n 1 "$log" | tr -d '=' | sed 's/^ *//; s/ *$//')
+    echo "$summary"
+    result="$result: $summary"
+    if [ $record = 1 ] && [ "$result" != "${result#pass}" ]; then
         PYTHONPATH=$pkg_path "$python" -m "$EVIDENCE" record
     fi
     rows+=("$(PYTHONPATH=$pkg_path "$python" -m "$EVIDENCE" row) | $result ($((SECONDS - start)) s) |")

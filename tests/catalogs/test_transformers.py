@@ -170,7 +170,9 @@ def _call_site_inputs(n=2, lq=5, m=2, d=4, levels=((6, 5), (3, 2)), p=3):
 def _form(group):
     """How the model calls the group's target: a module's forward, the function, or v2's."""
     target = group.declarations[0].target
-    return "class" if target.endswith(".forward") else "v2" if target.endswith("_v2") else "function"
+    if target.endswith(".forward"):
+        return "class"
+    return "v2" if target.endswith("_v2") else "function"
 
 
 def _call(form, fn, value, shapes, shape_list, loc, weights):
@@ -331,6 +333,7 @@ def _transformers_kernelize(monkeypatch, model):
                             lambda m, **kw: _kernelize_like_kernels(m), raising=False)
         for name in ("Mode", "KernelizeFallback"):
             monkeypatch.setattr(hub, name, modes, raising=False)
+        monkeypatch.setattr(hub, "Device", lambda type: type, raising=False)  # 5.17 uses it
         return lambda: modeling_utils.kernelize(model)
     if not hasattr(modeling_utils.PreTrainedModel, "kernelize"):
         pytest.skip(f"transformers {transformers.__version__} has no kernelize")

@@ -12,7 +12,7 @@ from turbo_physai.engine.mechanisms.base import PrepareContext
 from turbo_physai.engine.report import FAIL, NOT_APPLICABLE, GroupReport
 from turbo_physai.optimizations.common.transformers import evidence
 
-STOCK = '''
+STOCK = """
 def msda(value, shapes, loc, weights):
     value_list = value.split([height * width for height, width in shapes], dim=1)
     out = []
@@ -20,7 +20,7 @@ def msda(value, shapes, loc, weights):
         out.append(nn.functional.grid_sample(
             value_list[level], loc, mode="bilinear", padding_mode="zeros", align_corners=False))
     return out
-'''
+"""
 
 RESTYLED = '''
 def msda(value: Tensor, shapes: list[tuple], loc: Tensor, weights: Tensor) -> list:
@@ -54,19 +54,25 @@ def test_docstrings_comments_formatting_and_annotations_do_not_count(tmp_path):
     assert evidence.math_problems(stock) == evidence.math_problems(restyled) == []
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    ('align_corners=False', "grid_sample align_corners=False"),
-    ('mode="bilinear"', "grid_sample mode='bilinear'"),
-    ('padding_mode="zeros"', "grid_sample padding_mode='zeros'"),
-    ("height * width for", "values split per level by height * width"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ("align_corners=False", "grid_sample align_corners=False"),
+        ('mode="bilinear"', "grid_sample mode='bilinear'"),
+        ('padding_mode="zeros"', "grid_sample padding_mode='zeros'"),
+        ("height * width for", "values split per level by height * width"),
+    ],
+)
 def test_a_change_to_the_math_changes_the_fingerprint_and_is_named(tmp_path, change, problem):
-    changed = STOCK.replace(change, {
-        "align_corners=False": "align_corners=True",
-        'mode="bilinear"': 'mode="nearest"',
-        'padding_mode="zeros"': 'padding_mode="border"',
-        "height * width for": "height + width for",
-    }[change])
+    changed = STOCK.replace(
+        change,
+        {
+            "align_corners=False": "align_corners=True",
+            'mode="bilinear"': 'mode="nearest"',
+            'padding_mode="zeros"': 'padding_mode="border"',
+            "height * width for": "height + width for",
+        }[change],
+    )
     stock, other = _function(tmp_path, STOCK), _function(tmp_path, changed)
     assert evidence.fingerprint(other) != evidence.fingerprint(stock)
     assert evidence.math_problems(other) == [problem]
@@ -74,8 +80,9 @@ def test_a_change_to_the_math_changes_the_fingerprint_and_is_named(tmp_path, cha
 
 def test_the_signature_counts(tmp_path):
     renamed = STOCK.replace("weights)", "weights, im2col_step=64)")
-    assert (evidence.fingerprint(_function(tmp_path, renamed))
-            != evidence.fingerprint(_function(tmp_path, STOCK)))
+    assert evidence.fingerprint(_function(tmp_path, renamed)) != evidence.fingerprint(
+        _function(tmp_path, STOCK)
+    )
 
 
 def test_code_without_source_has_no_fingerprint():
@@ -86,8 +93,9 @@ def test_code_without_source_has_no_fingerprint():
 def test_an_optional_target_a_release_lacks_patches_nothing_a_required_one_blocks():
     target = "turbo_physai.optimizations.common.transformers.evidence.not_in_this_release"
     for optional, status in ((True, NOT_APPLICABLE), (False, FAIL)):
-        decl = wrap(target, "turbo_physai.optimizations.common.compile.compile_wrapper",
-                    optional=optional)
+        decl = wrap(
+            target, "turbo_physai.optimizations.common.compile.compile_wrapper", optional=optional
+        )
         prepared = object_patch.prepare(decl, PrepareContext("g", {}, None, GroupReport("g")))
         (check,) = prepared.checks
         assert (check.status, prepared.ok, prepared.locations) == (status, optional, [])

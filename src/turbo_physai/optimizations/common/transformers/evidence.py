@@ -118,8 +118,12 @@ def _splits_per_level(node: ast.AST) -> bool:
     comp = node.args[0]
     elt, target = comp.elt, comp.generators[0].target
     names = [n.id for n in getattr(target, "elts", []) if isinstance(n, ast.Name)]
-    return (isinstance(elt, ast.BinOp) and isinstance(elt.op, ast.Mult) and len(names) == 2
-            and {getattr(elt.left, "id", None), getattr(elt.right, "id", None)} == set(names))
+    return (
+        isinstance(elt, ast.BinOp)
+        and isinstance(elt.op, ast.Mult)
+        and len(names) == 2
+        and {getattr(elt.left, "id", None), getattr(elt.right, "id", None)} == set(names)
+    )
 
 
 def judge(path: str, release: str | None, validating: str | None = None) -> str | None:
@@ -137,10 +141,15 @@ def judge(path: str, release: str | None, validating: str | None = None) -> str 
     problems = math_problems(obj)
     if validating is not None and validating == release and not problems:
         return None
-    what = (f"and it no longer does what our op computes ({'; '.join(problems)})"
-            if problems else "(its math markers are there, but no test ran on this code)")
-    return (f"transformers {release}: {path} is code no validated release has (fingerprint "
-            f"{fp}) {what}; validate it with `{VALIDATE.format(release=release)}`")
+    what = (
+        f"and it no longer does what our op computes ({'; '.join(problems)})"
+        if problems
+        else "(its math markers are there, but no test ran on this code)"
+    )
+    return (
+        f"transformers {release}: {path} is code no validated release has (fingerprint "
+        f"{fp}) {what}; validate it with `{VALIDATE.format(release=release)}`"
+    )
 
 
 def _msda_groups():
@@ -162,10 +171,12 @@ def record() -> None:
             except ResolutionError:
                 continue
             entry = data["fingerprints"].setdefault(
-                fingerprint(obj), {"code": _code_name(decl.target), "releases": []})
+                fingerprint(obj), {"code": _code_name(decl.target), "releases": []}
+            )
             entry["releases"] = sorted(set(entry["releases"]) | {release}, key=_version_key)
-    data["fingerprints"] = dict(sorted(data["fingerprints"].items(),
-                                       key=lambda kv: (kv[1]["code"], kv[1]["releases"][0])))
+    data["fingerprints"] = dict(
+        sorted(data["fingerprints"].items(), key=lambda kv: (kv[1]["code"], kv[1]["releases"][0]))
+    )
     VALIDATED_FILE.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"recorded transformers {release} in {VALIDATED_FILE}")
 
@@ -182,6 +193,7 @@ def _version_key(release: str) -> tuple[int, ...]:
 def accepted() -> tuple[list[str], list[str]]:
     """(accepted group ids, all group ids) of the transformers catalog on the installed release."""
     import turbo_physai as tpa
+
     from ....catalogs import transformers as catalog
 
     ids = [g.id for g in catalog.GROUPS]
@@ -196,8 +208,10 @@ def row() -> str:
     ok, ids = accepted()
     msda = set(ok) & {g.id for g in _msda_groups()}
     models = sorted({gid.split(".")[1] for gid in msda})
-    return (f"| {importlib.metadata.version('transformers')} | {len(models)}: "
-            f"{', '.join(models)} | {len(ok)} of {len(ids)}")
+    return (
+        f"| {importlib.metadata.version('transformers')} | {len(models)}: "
+        f"{', '.join(models)} | {len(ok)} of {len(ids)}"
+    )
 
 
 if __name__ == "__main__":

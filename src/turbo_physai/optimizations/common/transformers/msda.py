@@ -36,6 +36,7 @@ VALIDATING = "TPA_VALIDATE_TRANSFORMERS"
 #: module-level kernelize reports once, from the outer call.
 _guarding = contextvars.ContextVar("turbo_physai_kernelize_guard", default=False)
 
+
 def check(context) -> CompatibilityResult:
     """compatibility_check of every MSDA model group: code at each target that the catalog tests
     passed on (:mod:`.evidence`), and no live instance of a target class with its own
