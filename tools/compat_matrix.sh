@@ -10,9 +10,8 @@
 #                 validated (src/turbo_physai/optimizations/common/transformers/validated.json):
 #                 how a new release is validated, e.g. `tools/compat_matrix.sh --record 5.25.0`
 #   --setup       only create the venvs (warms the cache)
-# Venvs live in $TPA_COMPAT_CACHE (.cache/compat): torch 2.14.1 from this machine's local files is
-# installed once there and shared by every venv (a .pth file), so a release costs only its own
-# small packages, once. turbo_physai comes from src/ where a dev build left _core there, else
+# Venvs live in $TPA_COMPAT_CACHE (.cache/compat): torch 2.14.1 is put there once (see torch_dir)
+# and shared by every venv (a .pth file), so a release costs only its own small packages, once. turbo_physai comes from src/ where a dev build left _core there, else
 # from the package the calling python imports (tools/test.sh's .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +37,56 @@ done
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd)
 
+# torch 2.14.1 and what it needs (the CUDA build: nvidia-* libraries, 5.5 GB unpacked), linked
+# from the calling python's environment where it has that release (tools/test.sh's .venv: seconds,
+# no space), else installed from the local files (minutes).
+link_torch() {
+    "$PY" - "$torch_dir" <<'EOF'
+import importlib.metadata as md, os, shutil, sys
+from pathlib import Path
+from packaging.requirements import Requirement
+
+if md.version("torch").split("+")[0] != "2.14.1":
+    sys.exit(1)
+# (distribution, extra asked for): torch needs cuda-toolkit[cufile,...], whose extras name
+# the nvidia-* libraries.
+target, todo, seen = Path(sys.argv[1]), [("torch", ""), ("torchvision", "")], set()
+while todo:
+    name, extra = todo.pop()
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    key = (dist.metadata["Name"].lower(), extra)
+    if key in seen:
+        continue
+    seen.add(key)
+    for r in map(Requirement, dist.requires or []):
+        if r.marker is None or r.marker.evaluate({"extra": extra}):
+            todo += [(r.name, e) for e in ("", *r.extras)]
+    if extra:
+        continue  # the files come with the distribution's own entry
+    for f in dist.files or []:
+        src = Path(dist.locate_file(f))
+        if ".." in f.parts or not src.is_file():
+            continue  # console scripts live outside site-packages
+        (target / f).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, target / f)
+        except OSError:
+            shutil.copy2(src, target / f)
+EOF
+}
 torch_dir=$CACHE/torch-2.14.1
 if [ ! -f "$torch_dir/.done" ]; then
-    echo "== torch 2.14.1 into $torch_dir (local files, once)"
-    "$PY" -m pip install -q --target "$torch_dir" torch==2.14.1 torchvision==0.29.1
+    rm -rf "$torch_dir"
+    if link_torch 2>/dev/null; then
+        echo "== torch 2.14.1 linked from $PY's environment into $torch_dir"
+    else
+        echo "== torch 2.14.1 into $torch_dir (local files, once)"
+        rm -rf "$torch_dir"
+        "$PY" -m pip install -q --target "$torch_dir" torch==2.14.1 torchvision==0.29.1
+    fi
     touch "$torch_dir/.done"
 fi
 
@@ -62,7 +107,7 @@ venv_for() {  # venv_for RELEASE: the venv's python, created on first use
     echo "$dir/bin/python"
 }
 
-if ls src/turbo_physai/_core*.so >/dev/null 2>&1; then
+if [ $setup = 1 ] || ls src/turbo_physai/_core*.so >/dev/null 2>&1; then
     pkg_path=$PWD/src
 else
     installed=$(cd / && "$PY" -c 'import turbo_physai, os; print(os.path.dirname(turbo_physai.__file__))')
