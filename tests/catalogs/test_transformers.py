@@ -265,6 +265,14 @@ def test_validated_code_is_accepted_under_any_version(monkeypatch):
     assert tpa.check(groups=[group_id]).group(group_id).decision == "block"
 
 
+@pytest.mark.parametrize("model", ["rt_detr", "rt_detr_v2"])  # a replacement, a dispatcher
+def test_a_check_while_applied_does_not_judge_our_own_replacement(model):
+    group_id = _model_group(model)
+    with tpa.applied(groups=[group_id], strict=True):
+        group = tpa.check(groups=[group_id]).group(group_id)
+    assert "no validated release" not in str(group.to_dict()["checks"])
+
+
 def test_validating_lets_new_code_through_on_that_release_only(monkeypatch):
     group_id = catalog.msda_group("rt_detr")
     monkeypatch.setattr(evidence, "validated", dict)

@@ -135,6 +135,8 @@ def judge(path: str, release: str | None, validating: str | None = None) -> str 
         obj = resolve(path).found
     except ResolutionError:
         return None
+    if _ours(obj):  # applied now: the code it replaced was judged then
+        return None
     fp = fingerprint(obj)
     if fp in validated():
         return None
@@ -149,6 +151,14 @@ def judge(path: str, release: str | None, validating: str | None = None) -> str 
     return (
         f"transformers {release}: {path} is code no validated release has (fingerprint "
         f"{fp}) {what}; validate it with `{VALIDATE.format(release=release)}`"
+    )
+
+
+def _ours(obj: Any) -> bool:
+    """A turbo_physai replacement or its runtime-condition dispatcher (``_core.Dispatcher``)."""
+    obj = unwrap_descriptor(obj)
+    return any(
+        (getattr(x, "__module__", None) or "").startswith("turbo_physai.") for x in (obj, type(obj))
     )
 
 
