@@ -30,8 +30,9 @@ def test_cycle_and_conflict_and_unknown_are_errors(declared):
              group("gen.c", replace("tpa_fixture_lib.shapes.Layer", "tpa_fixture_opt.Layer")))
     with pytest.raises(GenerateError, match="gen.a -> gen.b -> gen.a|gen.b -> gen.a -> gen.b"):
         generate(["gen.a"], metadata={"id": "x", "version": "1"})
-    with pytest.raises(GenerateError, match="'fixture.incompatible' and 'gen.c' both write "
-                                            "'tpa_fixture_lib.shapes.Layer'"):
+    # The pair comes in plan order, which follows registration order (catalog discovery first).
+    both = "('fixture.incompatible' and 'gen.c'|'gen.c' and 'fixture.incompatible')"
+    with pytest.raises(GenerateError, match=f"{both} both write 'tpa_fixture_lib.shapes.Layer'"):
         generate(["fixture.incompatible", "gen.c"], metadata={"id": "x", "version": "1"})
     with pytest.raises(GenerateError, match="nope"):
         generate(["nope"], metadata={"id": "x", "version": "1"})
@@ -43,6 +44,15 @@ def test_unresolvable_target_names_group_and_target(declared):
     with pytest.raises(GenerateError, match="group 'gen.missing': target "
                                             "'tpa_fixture_lib.shapes.nothing'"):
         generate(["gen.missing"], metadata={"id": "x", "version": "1"})
+
+
+def test_an_optional_target_this_release_lacks_gets_no_hash_and_no_error(declared):
+    declared(group("gen.optional",
+                   replace("tpa_fixture_lib.shapes.nothing", "tpa_fixture_opt.Layer",
+                           optional=True),
+                   replace("tpa_fixture_lib.shapes.Layer", "tpa_fixture_opt.Layer")))
+    trust = evidence(registry.get("gen.optional"))
+    assert list(trust.source_hashes) == ["tpa_fixture_lib.shapes.Layer"]
 
 
 def test_a_property_gets_one_hash_of_its_accessors_together(declared):
