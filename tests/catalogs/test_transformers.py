@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 from turbo_physai import _core, zoo  # noqa: E402
 from turbo_physai.engine.paths import ResolutionError, resolve  # noqa: E402
 from turbo_physai.ops import frontends  # noqa: E402
+from turbo_physai.optimizations.common import host_code  # noqa: E402
 from turbo_physai.optimizations.common.transformers import evidence, msda  # noqa: E402
 
 # float64 on both sides: the op and grid_sample differ only in summation order.
@@ -256,12 +257,13 @@ def test_every_group_whose_code_this_release_has_applies():
 def test_validated_code_is_accepted_under_any_version(monkeypatch):
     group_id = catalog.msda_group("rt_detr")
     namespace, attr = _target(GROUPS[group_id])
-    known = {evidence.fingerprint(namespace[attr]): {"code": attr, "releases": ["1.0"]}}
-    monkeypatch.setattr(evidence, "validated", lambda: known)
+    known = {host_code.fingerprint(namespace[attr]): {"code": attr, "releases": ["1.0"]}}
+    monkeypatch.setattr(host_code, "validated", lambda _: known)
     monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "9.1"))
-    monkeypatch.delenv(msda.VALIDATING, raising=False)
+    monkeypatch.delenv(evidence.EVIDENCE.env, raising=False)
     assert tpa.check(groups=[group_id]).group(group_id).decision == "apply"
-    monkeypatch.setattr(evidence, "validated", dict)  # the same release, code no test ran on
+    # The same release, code no test ran on:
+    monkeypatch.setattr(host_code, "validated", lambda _: {})
     assert tpa.check(groups=[group_id]).group(group_id).decision == "block"
 
 
@@ -270,28 +272,28 @@ def test_a_check_while_applied_does_not_judge_our_own_replacement(model):
     group_id = _model_group(model)
     with tpa.applied(groups=[group_id], strict=True):
         group = tpa.check(groups=[group_id]).group(group_id)
-    assert "no validated release" not in str(group.to_dict()["checks"])
+    assert "not a validated version" not in str(group.to_dict()["checks"])
 
 
 def test_validating_lets_new_code_through_on_that_release_only(monkeypatch):
     group_id = catalog.msda_group("rt_detr")
-    monkeypatch.setattr(evidence, "validated", dict)
+    monkeypatch.setattr(host_code, "validated", lambda _: {})
     monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "5.30"))
     for validating, decision in (("5.30", "apply"), ("5.31", "block")):
-        monkeypatch.setenv(msda.VALIDATING, validating)
+        monkeypatch.setenv(evidence.EVIDENCE.env, validating)
         assert tpa.check(groups=[group_id]).group(group_id).decision == decision, validating
 
 
 def test_unvalidated_code_is_blocked_naming_the_release_and_the_command(monkeypatch):
     monkeypatch.setattr(tpa.CompatibilityContext, "package_version", staticmethod(lambda n: "5.30"))
-    monkeypatch.setattr(evidence, "validated", dict)
-    monkeypatch.delenv(msda.VALIDATING, raising=False)
+    monkeypatch.setattr(host_code, "validated", lambda _: {})
+    monkeypatch.delenv(evidence.EVIDENCE.env, raising=False)
     group_id = catalog.msda_group("rt_detr")
     report = tpa.check(groups=[group_id], force_groups=[group_id])
     group = report.group(group_id)
     assert group.reasons == ["compatibility.incompatible"]
     text = str(group.to_dict()["checks"])
-    assert "transformers 5.30: transformers.models.rt_detr" in text
+    assert "transformers 5.30: the code of transformers.models.rt_detr" in text
     assert "fingerprint msda-ast-v1:" in text and "no test ran on this code" in text
     assert "`tools/compat_matrix.sh --record 5.30`" in text
 

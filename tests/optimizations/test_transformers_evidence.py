@@ -10,6 +10,7 @@ from turbo_physai.engine.declarations import wrap
 from turbo_physai.engine.mechanisms import object_patch
 from turbo_physai.engine.mechanisms.base import PrepareContext
 from turbo_physai.engine.report import FAIL, NOT_APPLICABLE, GroupReport
+from turbo_physai.optimizations.common import host_code
 from turbo_physai.optimizations.common.transformers import evidence
 
 STOCK = """
@@ -49,8 +50,8 @@ def _function(tmp_path, source, name="msda"):
 
 def test_docstrings_comments_formatting_and_annotations_do_not_count(tmp_path):
     stock, restyled = _function(tmp_path, STOCK), _function(tmp_path, RESTYLED)
-    assert evidence.fingerprint(stock) == evidence.fingerprint(restyled)
-    assert evidence.fingerprint(stock).startswith("msda-ast-v1:")
+    assert host_code.fingerprint(stock) == host_code.fingerprint(restyled)
+    assert host_code.fingerprint(stock).startswith("msda-ast-v1:")
     assert evidence.math_problems(stock) == evidence.math_problems(restyled) == []
 
 
@@ -74,19 +75,19 @@ def test_a_change_to_the_math_changes_the_fingerprint_and_is_named(tmp_path, cha
         }[change],
     )
     stock, other = _function(tmp_path, STOCK), _function(tmp_path, changed)
-    assert evidence.fingerprint(other) != evidence.fingerprint(stock)
+    assert host_code.fingerprint(other) != host_code.fingerprint(stock)
     assert evidence.math_problems(other) == [problem]
 
 
 def test_the_signature_counts(tmp_path):
     renamed = STOCK.replace("weights)", "weights, im2col_step=64)")
-    assert evidence.fingerprint(_function(tmp_path, renamed)) != evidence.fingerprint(
+    assert host_code.fingerprint(_function(tmp_path, renamed)) != host_code.fingerprint(
         _function(tmp_path, STOCK)
     )
 
 
 def test_code_without_source_has_no_fingerprint():
-    assert evidence.fingerprint(len) is None
+    assert host_code.fingerprint(len) is None
     assert evidence.math_problems(len) == ["no source to read"]
 
 

@@ -3,32 +3,38 @@
 ``rfdetr.models.ops.functions.ms_deform_attn_func.ms_deform_attn_core_pytorch`` is the code
 replaced, and it samples through ``rfdetr.utilities.tensors._bilinear_grid_sample`` (bilinear
 ``grid_sample``, zeros padding, ``align_corners=False`` on CPU and CUDA): the group applies where
-both are validated versions (:func:`turbo_physai.ops.frontends.rfdetr_function` reproduces them).
+both are validated versions (:mod:`..host_code`, table ``validated.json`` beside this file;
+:func:`turbo_physai.ops.frontends.rfdetr_function` reproduces them).
+``python -m turbo_physai.optimizations.common.rfdetr.msda record`` records the installed
+release's fingerprints after the catalog tests passed on it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ....engine.context import CompatibilityResult
-from ..host_code import Validated
-from ..host_code import check as _check
+from .. import host_code
 
 FUNCTION = "rfdetr.models.ops.functions.ms_deform_attn_func.ms_deform_attn_core_pytorch"
 GRID_SAMPLE = "rfdetr.utilities.tensors._bilinear_grid_sample"
 
-VALIDATED = Validated(
+EVIDENCE = host_code.Evidence(
     package="rfdetr",
-    fingerprints={
-        FUNCTION: {
-            "ast-v1:090d6771c0582dbeb79cc7196836f873ae1bc2f90d2a771c08d3f8baa9c7dd99": ("1.11.2",)
-        },
-        GRID_SAMPLE: {
-            "ast-v1:8fa5c008473392d868a8ec96dd4635e9ad7305e61f67afe01ae2c7bf3c3de5e4": ("1.11.2",)
-        },
-    },
-    how="run tests/catalogs/test_rfdetr.py on it and add the fingerprints with the release "
-    "to turbo_physai.optimizations.common.rfdetr.msda.VALIDATED",
+    file=Path(__file__).with_name("validated.json"),
+    validate="run tests/catalogs/test_rfdetr.py with TPA_VALIDATE_RFDETR={release}, "
+    f"then `python -m {__spec__.name} record`",
+    relies_on=(GRID_SAMPLE,),
 )
 
 
 def check(context) -> CompatibilityResult:
-    return _check(context, VALIDATED)
+    return host_code.check(context, EVIDENCE)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ....catalogs import rfdetr as catalog
+
+    host_code.main(EVIDENCE, catalog.GROUPS, sys.argv[1:])

@@ -27,10 +27,8 @@ from typing import Any
 
 from ....engine.context import CompatibilityResult
 from ....engine.paths import ResolutionError, resolve
+from .. import host_code
 from . import evidence
-
-#: The environment variable naming the release whose tests run to validate it (evidence.py).
-VALIDATING = "TPA_VALIDATE_TRANSFORMERS"
 
 #: Set while a guarded kernelize runs: a release whose PreTrainedModel.kernelize calls the
 #: module-level kernelize reports once, from the outer call.
@@ -41,13 +39,9 @@ def check(context) -> CompatibilityResult:
     """compatibility_check of every MSDA model group: code at each target that the catalog tests
     passed on (:mod:`.evidence`), and no live instance of a target class with its own
     ``forward`` (kernelized)."""
-    release = context.package_version("transformers")
-    if release is None:  # the unresolvable target says more (target.unresolved)
-        return CompatibilityResult(True, "validated code", None, "transformers is not installed")
-    for target in context.targets:
-        reason = evidence.judge(target.path, release, context.environment.get(VALIDATING))
-        if reason is not None:
-            return CompatibilityResult(False, "validated code", f"transformers {release}", reason)
+    result = host_code.check(context, evidence.EVIDENCE)
+    if not result.compatible or result.actual is None:
+        return result
     for target in context.targets:
         owner = _owner_class(target.path)
         bound = bound_instances(owner) if owner is not None else 0
@@ -60,9 +54,7 @@ def check(context) -> CompatibilityResult:
                 "(kernels' kernelize, model.kernelize() or use_kernels=True): a class-level "
                 "replacement would not reach them. Apply before building the model.",
             )
-    return CompatibilityResult(
-        True, "validated code", f"transformers {release}", "code the catalog tests passed on"
-    )
+    return result
 
 
 def _owner_class(path: str) -> type | None:

@@ -4,28 +4,36 @@
 math (bilinear ``grid_sample``, zeros padding, ``align_corners=False``, the folded level-major
 ``L*P`` axis split in runs of ``P``) is what :func:`turbo_physai.ops.frontends.
 ultralytics_function` reproduces, so the group applies where that function's code is a validated
-version (8.3 releases pass rank-6 locations: a different fingerprint, blocked until validated).
+version (:mod:`..host_code`, table ``validated.json`` beside this file; 8.3 releases pass rank-6
+locations: a different fingerprint, blocked until validated).
+``python -m turbo_physai.optimizations.common.ultralytics.msda record`` records the installed
+release's fingerprints after the catalog tests passed on it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ....engine.context import CompatibilityResult
-from ..host_code import Validated
-from ..host_code import check as _check
+from .. import host_code
 
 FUNCTION = "ultralytics.nn.modules.utils.multi_scale_deformable_attn_pytorch"
 
-VALIDATED = Validated(
+EVIDENCE = host_code.Evidence(
     package="ultralytics",
-    fingerprints={
-        FUNCTION: {
-            "ast-v1:ae56cdf79c4cfa86edc8ab076dd922e3c51d5fa75a9e0809281fbc798162d1ec": ("8.4.190",),
-        },
-    },
-    how="run tests/catalogs/test_ultralytics.py on it and add the fingerprint with the release "
-    "to turbo_physai.optimizations.common.ultralytics.msda.VALIDATED",
+    file=Path(__file__).with_name("validated.json"),
+    validate="run tests/catalogs/test_ultralytics.py with TPA_VALIDATE_ULTRALYTICS={release}, "
+    f"then `python -m {__spec__.name} record`",
 )
 
 
 def check(context) -> CompatibilityResult:
-    return _check(context, VALIDATED)
+    return host_code.check(context, EVIDENCE)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ....catalogs import ultralytics as catalog
+
+    host_code.main(EVIDENCE, catalog.GROUPS, sys.argv[1:])
