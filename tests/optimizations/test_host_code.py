@@ -110,3 +110,12 @@ def test_the_fingerprint_ignores_formatting_and_comments(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     a, b = (host_code.fingerprint(resolve(f"{m}.f").found) for m in ("a_mod", "b_mod"))
     assert a == b != _current()
+
+
+def test_our_own_replacement_is_not_judged_while_applied(tmp_path, monkeypatch):
+    import tpa_fixture_lib.shapes
+
+    evidence = _evidence(tmp_path, {})
+    assert not _check(evidence).compatible
+    monkeypatch.setattr(tpa_fixture_lib.shapes, "gaussian_2d", host_code.fingerprint)
+    assert _check(evidence).compatible  # the code it replaced was judged when it was applied
