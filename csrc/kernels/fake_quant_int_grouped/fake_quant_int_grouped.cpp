@@ -2,6 +2,7 @@
 #include "fake_quant_int_grouped/fake_quant_int_grouped.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "quant_math/torch_float.h"
 #include "turbo_physai/parallel.h"
@@ -19,14 +20,6 @@ struct Range {
 Range range_of(int bits) {
     const std::int64_t half = std::int64_t{1} << (bits - 1);
     return {static_cast<float>(-half), static_cast<float>(half - 1)};
-}
-
-TPA_QUANT_CLONES void quantize_group(const float *w, float *out, std::int64_t n, float s,
-                                     Range q) {
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float code = quant::clamp(quant::round_half_even(w[i] / s), q.qmin, q.qmax);
-        out[i] = quant::straight_through(quant::mul_first(code, s), w[i]);
-    }
 }
 
 // Codes [first, first + n) of a row, (code - 2^(bits-1)) * s. Byte by byte where the run
@@ -57,26 +50,77 @@ void unpack_codes(const std::uint8_t *payload, std::int64_t first, std::int64_t 
     }
 }
 
-TPA_QUANT_CLONES void unpack_group(const std::uint8_t *payload, std::int64_t first,
-                                   std::int64_t n, float s, int bits, float *out) {
-    if (bits == 4)
-        unpack_codes<4>(payload, first, n, s, out);
-    else
-        unpack_codes<2>(payload, first, n, s, out);
+// Group i of a row-major (rows, groups) grid over `cols` columns: row, group, first column
+// and width (the last group of a row may be short).
+struct Group {
+    std::int64_t r, g, c0, n;
+};
+
+inline Group group_at(std::int64_t i, std::int64_t groups, std::int64_t group_size,
+                      std::int64_t cols) {
+    const std::int64_t r = i / groups, g = i - r * groups, c0 = g * group_size;
+    return {r, g, c0, std::min(group_size, cols - c0)};
 }
 
-// Calls group(r, g, c0, n) for every group of `rows` rows of `cols` columns, across threads.
-template <class Group>
-void for_each_group(std::int64_t rows, std::int64_t cols, std::int64_t group_size,
-                    int max_threads, Group group) {
+// One group's `w + (q - w)`. Without NaNs (no NaN weight, a scale that is not NaN, and no
+// infinite weight meeting an infinite scale) no code is NaN, so the NaN selects of mul_first
+// and straight_through, a third of the loop's instructions, pick the plain expressions: the
+// `kNaNs = false` loop leaves them out and computes the same bits.
+template <bool kNaNs>
+inline void quantize_run(const float *__restrict w, float *__restrict out, std::int64_t n,
+                         float s, Range q) {
+    for (std::int64_t k = 0; k < n; ++k) {
+        const float code = quant::clamp(quant::round_half_even(w[k] / s), q.qmin, q.qmax);
+        out[k] = kNaNs ? quant::straight_through(quant::mul_first(code, s), w[k])
+                       : w[k] + (code * s - w[k]);
+    }
+}
+
+// The groups [b, e) of a thread's chunk in one call of one clone: a call per group (128
+// floats) through the clone's resolver, plus the vector loop's set-up, cost about as much as
+// the group's arithmetic did.
+TPA_QUANT_CLONES void quantize_groups(const IntGroupedArgs &a, std::int64_t groups,
+                                      std::int64_t b, std::int64_t e) {
+    const Range q = range_of(a.bits);
+    for (std::int64_t i = b; i < e; ++i) {
+        const Group at = group_at(i, groups, a.group_size, a.cols);
+        const float *w = a.w + at.r * a.w_row_stride + at.c0;
+        float *out = a.out + at.r * a.cols + at.c0;
+        const float amax = quant::abs_max_inline(w, at.n);  // NaN or Inf if any is
+        const float given =
+            a.scale ? a.scale[at.r * a.scale_row_stride + at.g * a.scale_group_stride]
+                    : amax / q.qmax;
+        const float s = quant::clamp_min(given, kEps);
+        if (amax < INFINITY && !quant::is_nan(s))
+            quantize_run<false>(w, out, at.n, s, q);
+        else
+            quantize_run<true>(w, out, at.n, s, q);
+    }
+}
+
+TPA_QUANT_CLONES void unpack_groups(const UnpackIntGroupedArgs &a, std::int64_t groups,
+                                    std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+        const Group at = group_at(i, groups, a.group_size, a.width);
+        const float s = quant::clamp_min(
+            a.scale[at.r * a.scale_row_stride + at.g * a.scale_group_stride], kEps);
+        const std::uint8_t *payload = a.payload + at.r * a.payload_row_stride;
+        float *out = a.out + at.r * a.width + at.c0;
+        if (a.bits == 4)
+            unpack_codes<4>(payload, at.c0, at.n, s, out);
+        else
+            unpack_codes<2>(payload, at.c0, at.n, s, out);
+    }
+}
+
+// Calls chunk(groups, b, e) on chunks of the rows x groups grid across threads.
+template <class Chunk>
+void for_each_chunk(std::int64_t rows, std::int64_t cols, std::int64_t group_size,
+                    int max_threads, Chunk chunk) {
     const std::int64_t groups = (cols + group_size - 1) / group_size;
     const std::int64_t grain = std::max<std::int64_t>(1, kGrain / group_size);
-    parallel_for(rows * groups, grain, max_threads, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-            const std::int64_t r = i / groups, g = i - r * groups, c0 = g * group_size;
-            group(r, g, c0, std::min(group_size, cols - c0));
-        }
-    });
+    parallel_for(rows * groups, grain, max_threads,
+                 [&](std::int64_t b, std::int64_t e) { chunk(groups, b, e); });
 }
 
 }  // namespace
@@ -84,25 +128,18 @@ void for_each_group(std::int64_t rows, std::int64_t cols, std::int64_t group_siz
 void fake_quant_int_grouped_cpu(const IntGroupedArgs &a, int max_threads) {
     if (a.rows <= 0 || a.cols <= 0)
         return;
-    const Range q = range_of(a.bits);
-    for_each_group(a.rows, a.cols, a.group_size, max_threads,
-                   [&](std::int64_t r, std::int64_t g, std::int64_t c0, std::int64_t n) {
-                       const float *w = a.w + r * a.w_row_stride + c0;
-                       const float s =
-                           a.scale ? a.scale[r * a.scale_row_stride + g * a.scale_group_stride]
-                                   : quant::abs_max(w, n) / q.qmax;
-                       quantize_group(w, a.out + r * a.cols + c0, n, quant::clamp_min(s, kEps), q);
+    for_each_chunk(a.rows, a.cols, a.group_size, max_threads,
+                   [&](std::int64_t groups, std::int64_t b, std::int64_t e) {
+                       quantize_groups(a, groups, b, e);
                    });
 }
 
 void unpack_int_grouped_cpu(const UnpackIntGroupedArgs &a, int max_threads) {
     if (a.rows <= 0 || a.width <= 0)
         return;
-    for_each_group(a.rows, a.width, a.group_size, max_threads,
-                   [&](std::int64_t r, std::int64_t g, std::int64_t c0, std::int64_t n) {
-                       const float s = a.scale[r * a.scale_row_stride + g * a.scale_group_stride];
-                       unpack_group(a.payload + r * a.payload_row_stride, c0, n,
-                                    quant::clamp_min(s, kEps), a.bits, a.out + r * a.width + c0);
+    for_each_chunk(a.rows, a.width, a.group_size, max_threads,
+                   [&](std::int64_t groups, std::int64_t b, std::int64_t e) {
+                       unpack_groups(a, groups, b, e);
                    });
 }
 

@@ -3,13 +3,6 @@
 
 namespace turbo_physai::kernels::quant {
 
-TPA_QUANT_CLONES float abs_max(const float *x, std::int64_t n) {
-    std::uint32_t m = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint32_t b = float_bits(x[i]) & 0x7FFFFFFFu;
-        m = b > m ? b : m;
-    }
-    return bits_float(m);
-}
+TPA_QUANT_CLONES float abs_max(const float *x, std::int64_t n) { return abs_max_inline(x, n); }
 
 }  // namespace turbo_physai::kernels::quant

@@ -73,7 +73,16 @@ TPA_HOST_DEVICE inline float max_keep_nan(float m, float v) { return (v > m || i
 /// max |x[i]| over n floats (0 for none), NaN if any is NaN: torch.amax of abs. On magnitudes
 /// the float order is the order of the bit patterns, NaNs above infinity, so one unsigned
 /// maximum does it and vectorizes; among several NaNs the largest pattern is kept (torch keeps
-/// one of them). In torch_float.cpp, compiled per instruction set.
+/// one of them). Inline for loops that take it into their own clone (short runs, where a call
+/// costs as much as the reduction); `abs_max` is its out-of-line clone (torch_float.cpp).
+inline float abs_max_inline(const float *x, std::int64_t n) {
+    std::uint32_t m = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint32_t b = float_bits(x[i]) & 0x7FFFFFFFu;
+        m = b > m ? b : m;
+    }
+    return bits_float(m);
+}
 float abs_max(const float *x, std::int64_t n);
 
 /// torch.round / std::nearbyint: to nearest, ties to even, in the default rounding mode.
