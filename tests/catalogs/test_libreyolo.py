@@ -32,19 +32,6 @@ def _module(family):
     return importlib.import_module(f"libreyolo.models.{catalog.FAMILIES[family][0]}")
 
 
-@pytest.fixture
-def op_calls(monkeypatch):
-    calls = []
-
-    def counting(*args):
-        calls.append(tuple(args[0].shape))
-        return original(*args)
-
-    original = frontends._msda
-    monkeypatch.setattr(frontends, "_msda", counting)
-    return calls
-
-
 def _registry_state():
     """LibreYOLO's registry, slot modules and family modules, by identity (tpa_state's format).
     The lazy in-tree providers are loaded first: that happens once per process, with or

@@ -11,7 +11,6 @@ import turbo_physai as tpa
 torch = pytest.importorskip("torch")
 pytest.importorskip("libreyolo")
 
-from turbo_physai.ops import frontends  # noqa: E402
 
 OUT_ATOL = 1e-5  # float32 outputs: the op and grid_sample differ in summation order only
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
@@ -58,19 +57,6 @@ def offline(monkeypatch, tmp_path):
         monkeypatch.setenv(name, str(path))
     yield
     assert not [p for path in caches.values() for p in path.rglob("*")], "something downloaded"
-
-
-@pytest.fixture
-def op_calls(monkeypatch):
-    calls = []
-
-    def counting(*args):
-        calls.append(tuple(args[0].shape))
-        return original(*args)
-
-    original = frontends._msda
-    monkeypatch.setattr(frontends, "_msda", counting)
-    return calls
 
 
 def _build(name):
