@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
+import turbo_physai
+
 pytest.importorskip("torch")
 
 HERE = Path(__file__).parent
+# Where the package under test was imported from (src/ in a dev build, site-packages in CI).
+PACKAGE_ROOT = Path(turbo_physai.__file__).resolve().parents[1]
 CASES = 240
 BATCH = 60
 TIMEOUT_S = 60  # one case; a batch gets BATCH_TIMEOUT_S, so a loaded CI box is not a "hang"
@@ -29,7 +33,7 @@ def _run(first, last, timeout):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+            [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]
         ),
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 from tpa_msda_cases import forward_and_grads as grads  # noqa: E402
 from tpa_msda_cases import make_inputs  # noqa: E402
 
+import turbo_physai  # noqa: E402
 from turbo_physai.ops import (  # noqa: E402
     ms_deform_attn,
     ms_deform_attn_reference,
@@ -27,7 +28,8 @@ from turbo_physai.ops import (  # noqa: E402
 )
 from turbo_physai.ops.quant import fake_quant_fp8, fake_quant_int8_per_channel  # noqa: E402
 
-SRC = Path(__file__).parents[2] / "src"
+# Where the package under test was imported from (src/ in a dev build, site-packages in CI).
+SRC = Path(turbo_physai.__file__).resolve().parents[1]
 NAMES = ("value", "spatial_shapes", "level_start_index", "sampling_locations", "attention_weights")
 
 
