@@ -2,7 +2,8 @@
 # tools/test.sh [PYTEST ARGS]: set up .venv (tools/setup.sh test), build, and run every test:
 # C++ (GoogleTest via CTest), lint, pytest, then the transformers catalog's tests on the oldest,
 # the GPU image's and the newest transformers release (tools/compat_matrix.sh --ci; its venvs are
-# cached in .cache/compat). What CI runs (.ci/run) and README.md's test command.
+# cached in .cache/compat), and the unity build tools/demo.sh compiles. What CI runs (.ci/run)
+# and README.md's test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/setup.sh test
@@ -18,3 +19,10 @@ python -m pytest -q "$@"
 
 echo "== transformers releases (tools/compat_matrix.sh --ci)"
 bash tools/compat_matrix.sh --ci
+
+# tools/demo.sh builds the package as a unity build on machines without a GPU: file-local names
+# that clash between sources break only that build (it broke the README's main job once).
+echo "== unity build (what tools/demo.sh compiles without a GPU)"
+cmake -S . -B build/unity -G Ninja -DCMAKE_UNITY_BUILD=ON -DTPA_WITH_CUDA=OFF \
+    -DPython_EXECUTABLE="$(command -v python)" >/dev/null
+cmake --build build/unity -j "$(nproc)"

@@ -28,8 +28,8 @@ struct Dispatcher {
     std::atomic<std::uint64_t> hits[2];  // [0]: original, [1]: replacement
 };
 
-inline PyObject *forward(Dispatcher *d, int branch, PyObject *const *args, size_t nargsf,
-                         PyObject *kwnames) {
+inline PyObject *call_branch(Dispatcher *d, int branch, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames) {
     d->hits[branch].fetch_add(1, std::memory_order_relaxed);
     return PyObject_Vectorcall(branch ? d->replacement : d->original, args, nargsf, kwnames);
 }
@@ -47,7 +47,7 @@ PyObject *dispatch(PyObject *self, PyObject *const *args, size_t nargsf, PyObjec
     }
     const int branch = verdict == Py_True ? 1 : 0;
     Py_DECREF(verdict);
-    return forward(d, branch, args, nargsf, kwnames);
+    return call_branch(d, branch, args, nargsf, kwnames);
 }
 
 // A group's gate during a transition (its condition is a Switch): its own vectorcall, so that a
@@ -57,7 +57,7 @@ PyObject *gate_dispatch(PyObject *self, PyObject *const *args, size_t nargsf, Py
     const int branch = switch_routes_new(*d->transition);
     if (branch < 0)
         return nullptr;
-    return forward(d, branch, args, nargsf, kwnames);
+    return call_branch(d, branch, args, nargsf, kwnames);
 }
 
 PyObject *dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
