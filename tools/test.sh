@@ -23,6 +23,5 @@ bash tools/compat_matrix.sh --ci
 # tools/demo.sh builds the package as a unity build on machines without a GPU: file-local names
 # that clash between sources break only that build (it broke the README's main job once).
 echo "== unity build (what tools/demo.sh compiles without a GPU)"
-cmake -S . -B build/unity -G Ninja -DCMAKE_UNITY_BUILD=ON -DTPA_WITH_CUDA=OFF \
-    -DPython_EXECUTABLE="$(command -v python)" >/dev/null
-cmake --build build/unity -j "$(nproc)"
+python -m pip wheel -q --no-deps -w build/unity/wheel -C build-dir=build/unity \
+    -C cmake.define.TPA_WITH_CUDA=OFF -C cmake.define.CMAKE_UNITY_BUILD=ON .
