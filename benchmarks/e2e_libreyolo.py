@@ -29,7 +29,6 @@ import argparse
 import copy
 import json
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 import libreyolo
 import libreyolo.kernels as registry
 import torch
+from e2e_deformable_detr import sync, times_ms  # one timing loop for the e2e scripts
 
 import turbo_physai
 
@@ -80,24 +80,6 @@ def build(name: str, quick: bool) -> tuple[torch.nn.Module, int]:
             128 if quick else LibreDeformableDETR.INPUT_SIZES["r50"]
         )
     raise SystemExit(f"unknown model {name!r}: rtdetr, lwdetr, deformable_detr")
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def times_ms(fn, device: str, reps: int, warmup: int = 3) -> tuple[float, float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), min(times)
 
 
 def calls(model, forward, pixels):
