@@ -364,12 +364,17 @@ def judge(i: int) -> dict:
         except Exception:
             return {"case": i, "kind": kind, "outcome": "error"}
         return {"case": i, "kind": kind, "outcome": f"FAIL: refused ({e})"[:300]}
-    try:
-        ref = run(op.ms_deform_attn_reference, a, grad_transform)
-    except (TypeError, ValueError) as e:
-        return {"case": i, "kind": kind, "outcome": f"FAIL: reference refused ({e})"[:300]}
-    except RuntimeError:
+    if kind.startswith("huge"):
+        # Not the reference: grid_sample walks every expanded point even where there is nothing
+        # to compute (torch 2.11 with no channels ran 2^40 points for hours; 2.14 refuses).
         ref = None
+    else:
+        try:
+            ref = run(op.ms_deform_attn_reference, a, grad_transform)
+        except (TypeError, ValueError) as e:
+            return {"case": i, "kind": kind, "outcome": f"FAIL: reference refused ({e})"[:300]}
+        except RuntimeError:
+            ref = None
     if ref is None and kind == "empty:level":
         reduced = without_empty_levels(a)
         ref = run(op.ms_deform_attn_reference, reduced, grad_transform)

@@ -335,3 +335,22 @@ def test_an_output_beyond_memory_is_a_memory_error_naming_it():
     attn = attn.expand(1, 2**40, *attn.shape[2:])
     with pytest.raises(MemoryError, match=r"^output: cannot allocate \(1, 1099511627776, 8\)"):
         ms_deform_attn(value, shapes, starts, loc, attn)
+
+
+def test_a_host_output_beyond_physical_memory_is_refused_before_allocating(monkeypatch):
+    # Where memory is overcommitted, torch's allocation of such an output succeeds and the kernel
+    # pages until the OOM killer: the op compares with the machine's memory first.
+    kernels = sys.modules["turbo_physai.ops._msda_kernels"]
+    value, shapes, starts, loc, attn = make_inputs(n=1, lq=64)
+    loc.requires_grad_()
+    out = ms_deform_attn(value, shapes, starts, loc, attn)
+    limit = out.numel() * out.element_size() - 1
+    monkeypatch.setattr(kernels, "_HOST_BYTES", limit)
+    with pytest.raises(MemoryError, match=r"^output: cannot allocate \(1, 64, 8\): it needs .*"
+                                          r"more than this machine's"):
+        ms_deform_attn(value, shapes, starts, loc, attn)
+    monkeypatch.setattr(kernels, "_HOST_BYTES", limit + 1)  # the output fits, a gradient not
+    assert loc.numel() > out.numel()
+    out = ms_deform_attn(value, shapes, starts, loc, attn)
+    with pytest.raises(MemoryError, match=r"^grad_\w+: cannot allocate .* it needs"):
+        out.sum().backward()

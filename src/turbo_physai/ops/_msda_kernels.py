@@ -13,6 +13,7 @@ tensors that require grad, and the kernels only read them.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -26,6 +27,8 @@ _STRIDED = torch.strided
 _FLOAT32 = torch.float32
 _FLOAT64 = torch.float64
 _REDUCED = (torch.float16, torch.bfloat16)
+_HOST_BYTES = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+               if hasattr(os, "sysconf") else math.inf)
 
 #: How the sorted deterministic CUDA backward records its terms: "auto" (the kernels choose by
 #: density), "corners" or "anchors" (ms_deform_attn_cuda.h); set by tests and benchmarks that
@@ -116,14 +119,21 @@ def _float32(t: torch.Tensor) -> torch.Tensor:
     return base.to(_FLOAT32).expand(t.shape)
 
 
-def _allocated(name: str, shape, make):
+def _allocated(name: str, shape, make, host_itemsize: int = 0):
     """``make()``, a new output of `shape`; torch's allocation errors (RuntimeError) become a
     MemoryError naming the output, or a ValueError where its size does not even fit 64 bits
-    (huge expanded inputs: issue 24)."""
+    (huge expanded inputs: issue 24). A host output (`host_itemsize` given) larger than the
+    machine's physical memory is refused before allocating: where memory is overcommitted the
+    allocation succeeds and the kernel pages for hours until the OOM killer comes (seen on a
+    128 GiB host with 2^40 expanded queries)."""
+    numel = math.prod(shape)
+    if host_itemsize and numel * host_itemsize > _HOST_BYTES and numel < 2**62:
+        raise MemoryError(f"{name}: cannot allocate {tuple(shape)}: it needs "
+                          f"{numel * host_itemsize / 2**30:.3g} GiB, more than this machine's "
+                          f"{_HOST_BYTES / 2**30:.3g} GiB of memory")
     try:
         return make()
     except RuntimeError as e:
-        numel = math.prod(shape)
         if numel >= 2**62:
             raise ValueError(f"{name}: {tuple(shape)} has {numel} elements, more than a tensor "
                              "can hold (the inputs' sizes multiply beyond 2^62)") from None
@@ -145,7 +155,7 @@ def forward_cpu(value: torch.Tensor, spatial_shapes: torch.Tensor,
     n, _, m, d = value.shape
     # (N, Lq, M*D) directly: the binding splits the last dimension into heads and channels.
     shape = (n, sampling_locations.shape[1], m * d)
-    out = _allocated("output", shape, lambda: value.new_empty(shape))
+    out = _allocated("output", shape, lambda: value.new_empty(shape), value.element_size())
     _core.ms_deform_attn_forward(
         *_cpu_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                      attention_weights), _to_dlpack(out), torch.get_num_threads())
@@ -167,7 +177,7 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
                              _float32(attention_weights))
         return tuple(g.to(t.dtype) for g, t in zip(grads, (value, sampling_locations,
                                                             attention_weights), strict=True))
-    grads = tuple(_allocated(name, t.shape, lambda t=t: _empty_like(t))
+    grads = tuple(_allocated(name, t.shape, lambda t=t: _empty_like(t), t.element_size())
                   for name, t in (("grad_value", value), ("grad_sampling_locations",
                                                           sampling_locations),
                                   ("grad_attention_weights", attention_weights)))
