@@ -75,7 +75,10 @@ def _summary(times: list[float]) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": min(times)}
 
 
-def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: bool) -> dict:
+def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: bool,
+            on_row: Callable[[dict], None] = lambda row: None) -> dict:
+    """The row of figures; ``on_row`` gets it once the eager figures are in (compiling may take
+    longer than the caller's time limit) and again at the end."""
     cuda = host.images.is_cuda
     passes = _passes(host, amp)
     # A training step moves BatchNorm's running statistics, which the next eval pass reads.
@@ -111,6 +114,7 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
             "ours": ours,
             "speedup": stock["median_ms"] / ours["median_ms"],
         }
+    on_row(row)
     if compile_options is not None:
         row["compile_options"] = compile_options
         for label in PASSES:
@@ -133,6 +137,7 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
         for label in PASSES:
             c = row[label]["compiled"]
             c["speedup"] = c["stock"]["median_ms"] / c["ours"]["median_ms"]
+        on_row(row)
     return row
 
 
@@ -196,37 +201,33 @@ def run(args: argparse.Namespace, host_name: str, build: Callable[..., object]) 
     )
     print(header, file=sys.stderr)
     compile_options = None if args.no_compile else {"backend": args.compile_backend}
-    row = measure(
-        host, reps=args.reps, warmup=args.warmup, compile_options=compile_options, amp=args.amp
-    )
-    print_table(row, header)
     out = Path(args.json or f"benchmarks/results/e2e_{host_name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "date": time.strftime("%Y-%m-%d"),
-                "machine": {
-                    "platform": platform.platform(),
-                    "cpus": os.cpu_count(),
-                    "load_average": os.getloadavg(),
-                    "torch": torch.__version__,
-                    "threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-                },
-                "host_library": {host_name: importlib.metadata.version(host_name)},
-                "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-                "batch": args.batch,
-                "image": list(host.images.shape[-2:]),
-                "amp": args.amp,
-                "reps": args.reps,
-                "warmup": args.warmup,
-                "rounds": ROUNDS,
-                "result": row,
+
+    def save(row: dict) -> None:
+        print_table(row, header)
+        out.write_text(json.dumps({
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "load_average": os.getloadavg(),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
             },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"\nwrote {out}")
+            "host_library": {host_name: importlib.metadata.version(host_name)},
+            "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+            "batch": args.batch,
+            "image": list(host.images.shape[-2:]),
+            "amp": args.amp,
+            "reps": args.reps,
+            "warmup": args.warmup,
+            "rounds": ROUNDS,
+            "result": row,
+        }, indent=2) + "\n")
+        print(f"\nwrote {out}", flush=True)
+
+    measure(host, reps=args.reps, warmup=args.warmup, compile_options=compile_options,
+            amp=args.amp, on_row=save)
     return 0

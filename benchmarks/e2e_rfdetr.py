@@ -10,11 +10,14 @@ torch.compile, in one process.
 The variant's own config (300 queries, 13 query groups in training) at ``--image`` rounded down
 to a multiple of its patch size x windows (base: 56, so 640 -> 616; the others 32). Method:
 benchmarks/e2e_hosts.py; compiled: ``torch.compile(model.forward)`` (the criterion stays
-eager). Writes benchmarks/results/e2e_rfdetr.json unless --json says otherwise.
+eager). Writes benchmarks/results/e2e_rfdetr.json unless --json says otherwise. On CUDA the
+criterion's matcher imports ``torch_linear_assignment`` (rfdetr's ``train`` extra: a pure-Python
+Triton wheel); the run stops before building the model where it is missing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import e2e_hosts
@@ -27,6 +30,9 @@ QUICK = {"num_queries": 20, "num_select": 20, "group_detr": 2}
 
 
 def build(args):
+    if args.device.startswith("cuda") and not importlib.util.find_spec("torch_linear_assignment"):
+        sys.exit("e2e_rfdetr.py: rfdetr's matcher needs torch_linear_assignment on CUDA "
+                 "(pip install 'rfdetr[train]', or its wheel beside the others in .whl/)")
     step = STEP[args.model]
     side = 2 * step if args.quick else args.image // step * step
     return hosts_zoo.rfdetr(
