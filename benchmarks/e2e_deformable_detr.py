@@ -22,12 +22,23 @@ float16|bfloat16`` runs every call under ``torch.autocast`` of that dtype (mixed
 loss is summed in float32). ``--compile-backend cudagraphs`` runs the compile variants on torch's
 ``cudagraphs`` backend instead of inductor: the ATen graph replayed by CUDA graph trees, no code
 generation (MODE is then ignored), so the numerics stay those of the eager ops.
+
+``--training-step`` measures the whole training step of issue 29 instead: forward with labels
+(transformers' DETR loss with Hungarian matching; 5 fixed random boxes per image), backward and
+a fused AdamW step (CUDA; plain on the CPU), for stock eager, stock ``torch.compile(model)``
+(inductor, default mode), eager with our op, with our op and ``transformers.deformable_detr.
+graph_safe`` (no host sync per encoder layer) and, on CUDA, that plus ``compile_model`` on the
+``cudagraphs`` backend (fullgraph), each from the same weights; figures: step time
+(median, min), GPU busy time of one step (the profiler's summed device time), their ratio, the
+peak memory of a step, the first step's time (compile, for the compiled variant) and the first
+step's loss against stock's. Writes benchmarks/results/e2e_deformable_detr_training_step[_AMP].json.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import statistics
@@ -45,6 +56,9 @@ TARGET = ("transformers.models.deformable_detr.modeling_deformable_detr."
           "MultiScaleDeformableAttention.forward")
 GROUP = turbo_physai.group("e2e.msda", turbo_physai.replace(
     TARGET, "turbo_physai.ops.frontends.transformers_forward"))
+
+
+DEFAULT_JSON = Path("benchmarks/results/e2e_deformable_detr.json")
 
 
 def build_model(device):
@@ -77,19 +91,20 @@ def times_ms(fn, device, reps, warmup=3):
     return statistics.median(times), min(times)
 
 
+def autocast(device, amp):
+    return torch.autocast(device.type, dtype=amp) if amp else contextlib.nullcontext()
+
+
 def calls(model, pixels, amp=None):
     """(inference, training step) of the model on `pixels`, under autocast to `amp` if given."""
-    def autocast():
-        return torch.autocast(pixels.device.type, dtype=amp) if amp else contextlib.nullcontext()
-
     def infer():
-        with torch.no_grad(), autocast():
+        with torch.no_grad(), autocast(pixels.device, amp):
             return model.eval()(pixel_values=pixels)
 
     def train_step():
         model.train()
         model.zero_grad(set_to_none=True)
-        with autocast():
+        with autocast(pixels.device, amp):
             out = model(pixel_values=pixels)
             loss = out.logits.float().sum() + out.pred_boxes.float().sum()
         loss.backward()
@@ -191,6 +206,78 @@ def profile_table(step, device, rows=25):
     return prof.key_averages().table(sort_by=key, row_limit=rows)
 
 
+def detr_labels(batch, num_labels, device, objects=5):
+    """Fixed random targets: `objects` boxes (cx, cy, w, h inside the image) per image."""
+    gen = torch.Generator().manual_seed(2)
+    return [{"class_labels": torch.randint(0, num_labels, (objects,), generator=gen).to(device),
+             "boxes": (torch.rand(objects, 4, generator=gen) * 0.4 + 0.3).to(device)}
+            for _ in range(batch)]
+
+
+def gpu_busy_ms(step, device):
+    """Summed device time of one call of `step` (after one unprofiled call), from the profiler."""
+    if device != "cuda":
+        return None
+    step()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        sync(device)
+    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+
+
+def training_step_variants(model, pixels, device, reps, amp):
+    """Issue 29's variants of the full training step, each from the same weights."""
+    labels = detr_labels(pixels.shape[0], model.config.num_labels, device)
+    weights = copy.deepcopy(model.state_dict())
+    def applied(*groups, **options):
+        config = turbo_physai.OptimizationConfig.for_groups(*groups, **options)
+        return lambda: turbo_physai.applied(config, strict=True)
+
+    msda, safe = "transformers.deformable_detr.msda", "transformers.deformable_detr.graph_safe"
+    whole = "transformers.deformable_detr.compile_model"
+    variants = {"stock": (model, contextlib.nullcontext),
+                "stock_compiled_model": (torch.compile(model), contextlib.nullcontext),
+                "ours": (model, lambda: turbo_physai.applied(groups=[GROUP], strict=True)),
+                "ours_graph_safe": (model, applied(msda, safe))}
+    if device == "cuda":  # DeformableDetrModel.forward as CUDA graphs of the eager kernels
+        variants["ours_graph_safe_cudagraphs"] = (model, applied(msda, safe, whole, **{
+            whole: {"backend": "cudagraphs", "fullgraph": True, "dynamic": False}}))
+    results = {}
+    for name, (callee, context) in variants.items():
+        model.load_state_dict(weights)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device == "cuda")
+
+        def step(callee=callee, optimizer=optimizer):
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(pixels.device, amp):
+                loss = callee(pixel_values=pixels, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+
+        with context():
+            torch.manual_seed(3)  # the same dropout masks (inductor draws its own: not equal)
+            sync(device)
+            start = time.perf_counter()
+            first_loss = step().item()
+            first_s = time.perf_counter() - start
+            median, minimum = times_ms(step, device, reps, warmup=2)
+            busy = gpu_busy_ms(step, device)
+            results[name] = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
+                             "step_per_busy": median / busy if busy else None,
+                             "peak_mib": peak_mib(step, device), "first_step_s": first_s,
+                             "first_loss": first_loss}
+        del optimizer
+    model.load_state_dict(weights)
+    for figures in results.values():
+        figures["first_loss_diff_vs_stock"] = abs(figures["first_loss"]
+                                                  - results["stock"]["first_loss"])
+        figures["speedup_vs_stock"] = results["stock"]["step_ms"] / figures["step_ms"]
+    return results
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -198,8 +285,7 @@ def main(argv=None):
     parser.add_argument("--height", type=int, default=800)
     parser.add_argument("--width", type=int, default=1333)
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--json", type=Path,
-                        default=Path("benchmarks/results/e2e_deformable_detr.json"))
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--profile", type=Path, default=None, help="write the profiler table here")
     parser.add_argument("--compile-layers", metavar="MODE", default=None,
                         help="also measure the catalog's transformers.deformable_detr.compile "
@@ -215,6 +301,9 @@ def main(argv=None):
                         help="also measure stock and ours in deterministic mode (warn-only)")
     parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None,
                         help="run stock and ours under torch.autocast to this dtype")
+    parser.add_argument("--training-step", action="store_true",
+                        help="measure issue 29's full training step (loss with matching, "
+                             "backward, AdamW) instead")
     args = parser.parse_args(argv)
     amp = getattr(torch, args.amp) if args.amp else None
     if args.deterministic:  # before cuBLAS starts: its deterministic mode needs this workspace
@@ -222,6 +311,8 @@ def main(argv=None):
     model = build_model(args.device)
     gen = torch.Generator().manual_seed(1)
     pixels = torch.randn(args.batch, 3, args.height, args.width, generator=gen).to(args.device)
+    if args.training_step:
+        return write_training_step(args, model, pixels, amp)
 
     stock, stock_out, _ = measure(model, pixels, args.device, args.reps, amp)
     deterministic = {}
@@ -268,6 +359,29 @@ def main(argv=None):
     args.json.write_text(json.dumps(result, indent=1))
     if args.profile:
         args.profile.write_text(table)
+
+
+def write_training_step(args, model, pixels, amp):
+    result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "command": " ".join(sys.argv), "amp": args.amp,
+              "shape": [args.batch, 3, args.height, args.width], "reps": args.reps,
+              "variants": training_step_variants(model, pixels, args.device, args.reps, amp)}
+    print("| variant | step ms (min) | GPU busy ms | step / busy | peak MiB | first step s "
+          "| x stock | first loss diff |\n|---|---|---|---|---|---|---|---|")
+    for name, f in result["variants"].items():
+        busy = "-" if f["gpu_busy_ms"] is None else f"{f['gpu_busy_ms']:.1f}"
+        ratio = "-" if f["step_per_busy"] is None else f"{f['step_per_busy']:.2f}"
+        peak = "-" if f["peak_mib"] is None else f"{f['peak_mib']:.0f}"
+        print(f"| {name} | {f['step_ms']:.1f} ({f['step_min_ms']:.1f}) | {busy} | {ratio} "
+              f"| {peak} | {f['first_step_s']:.1f} | {f['speedup_vs_stock']:.2f}x "
+              f"| {f['first_loss_diff_vs_stock']:.1e} |")
+    suffix = f"_{args.amp}" if args.amp else ""
+    path = (args.json if args.json != DEFAULT_JSON
+            else Path(f"benchmarks/results/e2e_deformable_detr_training_step{suffix}.json"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/compat_matrix.sh [--ci] [--record] [--setup] [RELEASE ...]: the transformers catalog's
-# tests (tests/catalogs/test_transformers.py) on each transformers release, each in its own venv,
+# tests (tests/catalogs/test_transformers*.py) on each transformers release, each in its own venv,
 # then a table: release, models reached, groups accepted, test result.
 #   (no release)  the whole matrix (MATRIX below)
 #   --ci          the oldest, the GPU image's (5.17) and the newest release, without the compile
@@ -20,7 +20,7 @@ MATRIX=(4.46.3 4.50.3 4.57.6 5.0.0 5.10.4 5.17.0 5.24.0)
 CI_RELEASES=(4.46.3 5.17.0 5.24.0)
 CACHE=${TPA_COMPAT_CACHE:-.cache/compat}
 PY=${PYTHON:-python3}
-PYTEST=(-q -p no:cacheprovider tests/catalogs/test_transformers.py)
+PYTEST=(-q -p no:cacheprovider tests/catalogs/test_transformers.py tests/catalogs/test_transformers_graph_safe.py)
 EVIDENCE=turbo_physai.optimizations.common.transformers.evidence
 
 releases=() record=0 setup=0

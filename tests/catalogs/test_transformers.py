@@ -244,7 +244,9 @@ def test_rt_detr_v2_keeps_discrete_sampling_and_uneven_points_on_transformers_co
 
 def test_every_group_whose_code_this_release_has_applies():
     """Blocked only where the release lacks the structure (or what depends on it)."""
-    report = tpa.check(groups=[g.id for g in catalog.GROUPS])
+    # graph_safe and the layer compile group both wrap DeformableDetrEncoderLayer.forward: they
+    # conflict (documented); graph_safe has its own tests (test_transformers_graph_safe.py).
+    report = tpa.check(groups=[g.id for g in catalog.GROUPS if not g.id.endswith(".graph_safe")])
     for g in report.groups:
         assert g.decision == "apply" or set(g.reasons) <= {"target.unresolved",
                                                            "dependency.blocked"}, str(report)

@@ -146,6 +146,39 @@ COMPILE_RT_DETR = _compile_group("rt_detr", "RTDetrDecoderLayer")
 # the layer group does for everything outside the decoder layers.
 COMPILE_RT_DETR_MODEL = _compile_group("rt_detr", "RTDetrModel", name="compile_model")
 
+#: Layers whose ``forward`` guards float16 overflow in training with a host-side branch on
+#: ``torch.isfinite(hidden_states).all()``: ``transformers.<m>.graph_safe`` rewrites it to select
+#: on the device, same values (``optimizations.common.graph_safe``), so that a training forward
+#: runs without a stream synchronization per layer, compiles without a graph break per layer and
+#: can be captured in a CUDA graph (issue 29). Models whose release lacks the class are blocked
+#: (target.unresolved); a forward without the guard in a known form, by its check.
+GRAPH_SAFE_LAYERS = {
+    "deformable_detr": "DeformableDetrEncoderLayer",
+    "rt_detr": "RTDetrEncoderLayer",
+    "rt_detr_v2": "RTDetrV2EncoderLayer",
+    "grounding_dino": "GroundingDinoDeformableLayer",
+    "mm_grounding_dino": "MMGroundingDinoDeformableLayer",
+    "d_fine": "DFineEncoderLayer",
+    "deimv2": "Deimv2EncoderLayer",
+    "conditional_detr": "ConditionalDetrEncoderLayer",
+    "detr": "DetrEncoderLayer",
+    "mask2former": "Mask2FormerPixelDecoderEncoderLayer",
+    "oneformer": "OneFormerPixelDecoderEncoderLayer",
+    "omdet_turbo": "OmDetTurboEncoderLayer",
+    "pp_doclayout_v2": "PPDocLayoutV2EncoderLayer",
+}
+_GRAPH_SAFE_GROUPS = tuple(
+    group(
+        f"transformers.{model}.graph_safe",
+        wrap(
+            target=f"{_module(model)}.{cls}.forward",
+            replacement=f"{_OPT}.graph_safe.finite_clamp_wrapper",
+        ),
+        compatibility_check=f"{_OPT}.graph_safe.check",
+    )
+    for model, cls in GRAPH_SAFE_LAYERS.items()
+)
+
 GROUPS = (
     MSDA_COMMON,
     *_CLASS_GROUPS,
@@ -156,6 +189,7 @@ GROUPS = (
     COMPILE_DEFORMABLE_DETR_MODEL,
     COMPILE_RT_DETR,
     COMPILE_RT_DETR_MODEL,
+    *_GRAPH_SAFE_GROUPS,
 )
 
 #: The MSDA groups (each replaces one model's MSDA code), for every structure of every release.
