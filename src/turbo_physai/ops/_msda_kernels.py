@@ -126,14 +126,16 @@ def _allocated(name: str, shape, make, host_itemsize: int = 0):
     machine's physical memory is refused before allocating: where memory is overcommitted the
     allocation succeeds and the kernel pages for hours until the OOM killer comes (seen on a
     128 GiB host with 2^40 expanded queries)."""
-    numel = math.prod(shape)
-    if host_itemsize and numel * host_itemsize > _HOST_BYTES and numel < 2**62:
-        raise MemoryError(f"{name}: cannot allocate {tuple(shape)}: it needs "
-                          f"{numel * host_itemsize / 2**30:.3g} GiB, more than this machine's "
-                          f"{_HOST_BYTES / 2**30:.3g} GiB of memory")
+    if host_itemsize:  # (the CUDA calls skip this: they are the host-bound ones)
+        numel = math.prod(shape)
+        if numel * host_itemsize > _HOST_BYTES and numel < 2**62:
+            raise MemoryError(f"{name}: cannot allocate {tuple(shape)}: it needs "
+                              f"{numel * host_itemsize / 2**30:.3g} GiB, more than this "
+                              f"machine's {_HOST_BYTES / 2**30:.3g} GiB of memory")
     try:
         return make()
     except RuntimeError as e:
+        numel = math.prod(shape)
         if numel >= 2**62:
             raise ValueError(f"{name}: {tuple(shape)} has {numel} elements, more than a tensor "
                              "can hold (the inputs' sizes multiply beyond 2^62)") from None
