@@ -95,6 +95,16 @@ def autocast(device, amp):
     return torch.autocast(device.type, dtype=amp) if amp else contextlib.nullcontext()
 
 
+def first_call_s(fn, device):
+    """(fn()'s result, its synchronized wall time in seconds, to 0.1 s): a first call, which
+    compiles or captures where a compiled variant runs."""
+    sync(device)
+    start = time.perf_counter()
+    result = fn()
+    sync(device)
+    return result, round(time.perf_counter() - start, 1)
+
+
 def calls(model, pixels, amp=None):
     """(inference, training step) of the model on `pixels`, under autocast to `amp` if given."""
     def infer():
@@ -172,13 +182,9 @@ def measure_compiled(model, pixels, device, reps, compile_group, options):
     counters.clear()
     turbo_physai.apply(config, strict=True)
     try:
-        first_s = {}
-        for name, fn in zip(("inference", "train_step"), calls(model, pixels), strict=True):
-            sync(device)
-            start = time.perf_counter()
-            fn()
-            sync(device)
-            first_s[name] = round(time.perf_counter() - start, 1)
+        first_s = {name: first_call_s(fn, device)[1]
+                   for name, fn in zip(("inference", "train_step"), calls(model, pixels),
+                                       strict=True)}
         figures, out, _ = measure(model, pixels, device, reps)
     finally:
         turbo_physai.rollback()
@@ -259,17 +265,14 @@ def training_step_variants(model, pixels, device, reps, amp):
 
         with context():
             torch.manual_seed(3)  # the same dropout masks (inductor draws its own: not equal)
-            sync(device)
-            start = time.perf_counter()
-            first_loss = step().item()
-            first_s = time.perf_counter() - start
+            first_loss, first_s = first_call_s(step, device)
+            first_loss = first_loss.item()
             median, minimum = times_ms(step, device, reps, warmup=2)
             busy = gpu_busy_ms(step, device)
             results[name] = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
                              "step_per_busy": median / busy if busy else None,
                              "peak_mib": peak_mib(step, device), "first_step_s": first_s,
                              "first_loss": first_loss}
-        del optimizer
     model.load_state_dict(weights)
     for figures in results.values():
         figures["first_loss_diff_vs_stock"] = abs(figures["first_loss"]

@@ -30,13 +30,12 @@ import copy
 import json
 import socket
 import sys
-import time
 from pathlib import Path
 
 import libreyolo
 import libreyolo.kernels as registry
 import torch
-from e2e_deformable_detr import sync, times_ms  # one timing loop for the e2e scripts
+from e2e_deformable_detr import first_call_s, times_ms  # one timing loop for the e2e scripts
 
 import turbo_physai
 
@@ -95,14 +94,6 @@ def calls(model, forward, pixels):
         (out["pred_logits"].float().square().mean() + out["pred_boxes"].float().sum()).backward()
 
     return infer, train_step
-
-
-def first_call_s(fn, device) -> tuple[object, float]:
-    sync(device)
-    start = time.perf_counter()
-    result = fn()
-    sync(device)
-    return result, round(time.perf_counter() - start, 1)
 
 
 def measure(model, start_state, pixels, device, reps, compile_options):

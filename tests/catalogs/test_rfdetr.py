@@ -113,12 +113,10 @@ def test_a_missing_helper_is_blocked(monkeypatch):
 
 
 def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
-    done = tpa_hosts.cli("check", CONFIG)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert GROUP in done.stdout
-    out = tpa_hosts.run_config(
+    out = tpa_hosts.check_and_run_config(
         tmp_path,
         CONFIG,
+        GROUP,
         """\
         import torch
         from rfdetr.models.ops.modules import ms_deform_attn

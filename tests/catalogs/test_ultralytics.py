@@ -92,12 +92,10 @@ def test_unvalidated_code_is_blocked_naming_the_release_and_force_does_not_help(
 
 
 def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
-    done = tpa_hosts.cli("check", CONFIG)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert GROUP in done.stdout
-    out = tpa_hosts.run_config(
+    out = tpa_hosts.check_and_run_config(
         tmp_path,
         CONFIG,
+        GROUP,
         """\
         import torch
         from ultralytics.nn.modules import transformer
