@@ -27,3 +27,17 @@ def test_engine_works_with_torch_blocked():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_torch_is_imported_first_exactly_when_the_core_has_cuda():
+    # A CUDA core loaded before torch crashed torch's import on the GPU image (__init__.py).
+    code = "import sys, turbo_physai; print(turbo_physai._WITH_CUDA, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with_cuda, torch_loaded = out.stdout.split()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert torch_loaded == "False"
+    else:
+        assert torch_loaded == with_cuda

@@ -35,7 +35,8 @@ CHECKS = [
 
 
 def _port(*names):
-    """{check: "ok" or its traceback}, or None where the interpreter died (its stderr, printed)."""
+    """{check: "ok" or its traceback}, or the exit status and stderr of an interpreter that
+    died (a str)."""
     done = run_python(
         "import faulthandler, runpy, sys; faulthandler.enable(); "
         f"sys.argv[1:] = {list(names)!r}; runpy.run_path({str(SCRIPT)!r}, run_name='__main__')",
@@ -43,18 +44,16 @@ def _port(*names):
     )
     if done.returncode == 0:
         return json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{names}: exit status {done.returncode}\n{done.stderr[-3000:]}")
-    return None
+    return f"the interpreter died: exit status {done.returncode}\n{done.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
 def results():
     together = _port(*CHECKS)
-    if together is not None:
+    if not isinstance(together, str):
         return together
     alone = {name: _port(name) for name in CHECKS}
-    return {name: r[name] if r else "the interpreter died: see the captured stdout"
-            for name, r in alone.items()}
+    return {name: r if isinstance(r, str) else r[name] for name, r in alone.items()}
 
 
 def test_every_check_is_listed(results):
