@@ -28,10 +28,13 @@ generation (MODE is then ignored), so the numerics stay those of the eager ops.
 a fused AdamW step (CUDA; plain on the CPU), for stock eager, stock ``torch.compile(model)``
 (inductor, default mode), eager with our op, with our op and ``transformers.deformable_detr.
 graph_safe`` (no host sync per encoder layer) and, on CUDA, that plus ``compile_model`` on the
-``cudagraphs`` backend (fullgraph), each from the same weights; figures: step time
-(median, min), GPU busy time of one step (the profiler's summed device time), their ratio, the
-peak memory of a step, the first step's time (compile, for the compiled variant) and the first
-step's loss against stock's. Writes benchmarks/results/e2e_deformable_detr_training_step[_AMP].json.
+``cudagraphs`` backend (fullgraph), and ``transformers.deformable_detr.cuda_graph`` (the model
+forward and backward replayed as CUDA graphs), each from the same weights (``--variants`` picks
+some); figures: step time (median, min), GPU busy time of one step (the profiler's summed device
+time), their ratio, the peak memory of a step, the first step's time (compile or capture) and
+the first step's loss against stock's; and inference (eval, no_grad: time and GPU busy time) for
+the variants that need no second compile. Writes
+benchmarks/results/e2e_deformable_detr_training_step[_AMP].json, after each variant.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import statistics
@@ -221,19 +225,21 @@ def detr_labels(batch, num_labels, device, objects=5):
 
 
 def gpu_busy_ms(step, device):
-    """Summed device time of one call of `step` (after one unprofiled call), from the profiler."""
+    """Summed device time of one call of `step` (after one unprofiled call), from the profiler:
+    device activity only (with CPU activity too, each kernel's time also counts as the self
+    device time of the op that launched it, and the sum doubles)."""
     if device != "cuda":
         return None
     step()
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
         sync(device)
     return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
-def training_step_variants(model, pixels, device, reps, amp):
-    """Issue 29's variants of the full training step, each from the same weights."""
+def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_variant=None):
+    """Issue 29's variants of the full training step, each from the same weights (``wanted``:
+    the names to run, default all); ``on_variant(results)`` after each."""
     labels = detr_labels(pixels.shape[0], model.config.num_labels, device)
     weights = copy.deepcopy(model.state_dict())
     def applied(*groups, **options):
@@ -249,8 +255,11 @@ def training_step_variants(model, pixels, device, reps, amp):
     if device == "cuda":  # DeformableDetrModel.forward as CUDA graphs of the eager kernels
         variants["ours_graph_safe_cudagraphs"] = (model, applied(msda, safe, whole, **{
             whole: {"backend": "cudagraphs", "fullgraph": True, "dynamic": False}}))
+        variants["ours_cuda_graph"] = (model, applied("transformers.deformable_detr.cuda_graph"))
     results = {}
     for name, (callee, context) in variants.items():
+        if wanted and name not in wanted:
+            continue
         model.load_state_dict(weights)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device == "cuda")
 
@@ -263,21 +272,39 @@ def training_step_variants(model, pixels, device, reps, amp):
             optimizer.step()
             return loss.detach()
 
+        def infer(callee=callee):
+            model.eval()
+            with torch.no_grad(), autocast(pixels.device, amp):
+                return callee(pixel_values=pixels)
+
         with context():
             torch.manual_seed(3)  # the same dropout masks (inductor draws its own: not equal)
             first_loss, first_s = first_call_s(step, device)
             first_loss = first_loss.item()
             median, minimum = times_ms(step, device, reps, warmup=2)
             busy = gpu_busy_ms(step, device)
-            results[name] = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
-                             "step_per_busy": median / busy if busy else None,
-                             "peak_mib": peak_mib(step, device), "first_step_s": first_s,
-                             "first_loss": first_loss}
+            figures = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
+                       "step_per_busy": median / busy if busy else None,
+                       "peak_mib": peak_mib(step, device), "first_step_s": first_s,
+                       "first_loss": first_loss}
+            if "compiled" not in name:  # eval mode would compile the model again
+                figures["infer_ms"], figures["infer_min_ms"] = times_ms(infer, device, reps)
+                figures["infer_gpu_busy_ms"] = gpu_busy_ms(infer, device)
+            if name == "ours_cuda_graph":
+                from turbo_physai.optimizations.common import cuda_graph
+
+                figures["cuda_graph"] = cuda_graph.stats(model)
+        results[name] = figures
+        if on_variant:
+            on_variant(results)
     model.load_state_dict(weights)
+    stock = results.get("stock")
     for figures in results.values():
-        figures["first_loss_diff_vs_stock"] = abs(figures["first_loss"]
-                                                  - results["stock"]["first_loss"])
-        figures["speedup_vs_stock"] = results["stock"]["step_ms"] / figures["step_ms"]
+        if stock:
+            figures["first_loss_diff_vs_stock"] = abs(figures["first_loss"] - stock["first_loss"])
+            figures["speedup_vs_stock"] = stock["step_ms"] / figures["step_ms"]
+            if "infer_ms" in figures:
+                figures["infer_speedup_vs_stock"] = stock["infer_ms"] / figures["infer_ms"]
     return results
 
 
@@ -307,6 +334,9 @@ def main(argv=None):
     parser.add_argument("--training-step", action="store_true",
                         help="measure issue 29's full training step (loss with matching, "
                              "backward, AdamW) instead")
+    parser.add_argument("--variants", default=None,
+                        help="with --training-step: comma-separated variant names to run "
+                             "(default all)")
     args = parser.parse_args(argv)
     amp = getattr(torch, args.amp) if args.amp else None
     if args.deterministic:  # before cuBLAS starts: its deterministic mode needs this workspace
@@ -364,26 +394,39 @@ def main(argv=None):
         args.profile.write_text(table)
 
 
+def _cell(figures, key, fmt):
+    return "-" if figures.get(key) is None else format(figures[key], fmt)
+
+
 def write_training_step(args, model, pixels, amp):
-    result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-              "torch": torch.__version__, "transformers": transformers.__version__,
-              "command": " ".join(sys.argv), "amp": args.amp,
-              "shape": [args.batch, 3, args.height, args.width], "reps": args.reps,
-              "variants": training_step_variants(model, pixels, args.device, args.reps, amp)}
-    print("| variant | step ms (min) | GPU busy ms | step / busy | peak MiB | first step s "
-          "| x stock | first loss diff |\n|---|---|---|---|---|---|---|---|")
-    for name, f in result["variants"].items():
-        busy = "-" if f["gpu_busy_ms"] is None else f"{f['gpu_busy_ms']:.1f}"
-        ratio = "-" if f["step_per_busy"] is None else f"{f['step_per_busy']:.2f}"
-        peak = "-" if f["peak_mib"] is None else f"{f['peak_mib']:.0f}"
-        print(f"| {name} | {f['step_ms']:.1f} ({f['step_min_ms']:.1f}) | {busy} | {ratio} "
-              f"| {peak} | {f['first_step_s']:.1f} | {f['speedup_vs_stock']:.2f}x "
-              f"| {f['first_loss_diff_vs_stock']:.1e} |")
     suffix = f"_{args.amp}" if args.amp else ""
     path = (args.json if args.json != DEFAULT_JSON
             else Path(f"benchmarks/results/e2e_deformable_detr_training_step{suffix}.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
+    result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "command": " ".join(sys.argv), "amp": args.amp,
+              "shape": [args.batch, 3, args.height, args.width], "reps": args.reps}
+
+    def save(variants):  # after each variant: a time limit may cut the run
+        result["variants"] = variants
+        path.write_text(json.dumps(result, indent=1))
+
+    wanted = args.variants.split(",") if args.variants else None
+    training_step_variants(model, pixels, args.device, args.reps, amp, wanted, save)
+    save(result["variants"])
+    print("| variant | step ms (min) | GPU busy ms | step / busy | peak MiB | first step s "
+          "| x stock | first loss diff | inference ms (min) | its GPU busy ms | x stock |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, f in result["variants"].items():
+        cell = functools.partial(_cell, f)
+        infer = (f"{f['infer_ms']:.1f} ({f['infer_min_ms']:.1f})" if "infer_ms" in f else "-")
+        print(f"| {name} | {f['step_ms']:.1f} ({f['step_min_ms']:.1f}) "
+              f"| {cell('gpu_busy_ms', '.1f')} "
+              f"| {cell('step_per_busy', '.2f')} | {cell('peak_mib', '.0f')} "
+              f"| {f['first_step_s']:.1f} | {cell('speedup_vs_stock', '.2f')}x "
+              f"| {cell('first_loss_diff_vs_stock', '.1e')} | {infer} "
+              f"| {cell('infer_gpu_busy_ms', '.1f')} | {cell('infer_speedup_vs_stock', '.2f')}x |")
     print(f"wrote {path}")
 
 

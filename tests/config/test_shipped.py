@@ -11,6 +11,7 @@ from turbo_physai.config import ConfigError, load_config, shipped_configs
 EXPECTED = {
     "turbo_physai.deformable_detr",
     "turbo_physai.deformable_detr.gpu_inference",
+    "turbo_physai.deformable_detr.cuda_graph",
     "turbo_physai.libreyolo",
     "turbo_physai.rt_detr.gpu_inference",
     "turbo_physai.rt_detr.gpu_inference_tf32",

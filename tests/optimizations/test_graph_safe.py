@@ -3,16 +3,15 @@ written here (the catalog's groups on the real layers: test_transformers_graph_s
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-import textwrap
 import traceback
 
 import pytest
 
 import turbo_physai as tpa
 from turbo_physai.optimizations.common import graph_safe
+
+from .conftest import host_module
 
 torch = pytest.importorskip("torch")
 
@@ -84,11 +83,7 @@ class Raising:
 
 @pytest.fixture
 def host(tmp_path, monkeypatch):
-    (tmp_path / "tpa_graph_safe_host.py").write_text(textwrap.dedent(HOST))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("tpa_graph_safe_host", None)
-    yield importlib.import_module("tpa_graph_safe_host")
-    sys.modules.pop("tpa_graph_safe_host", None)
+    yield from host_module(tmp_path, monkeypatch, "tpa_graph_safe_host", HOST)
 
 
 def _wrapped(cls):

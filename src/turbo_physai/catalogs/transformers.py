@@ -179,6 +179,25 @@ _GRAPH_SAFE_GROUPS = tuple(
     for model, cls in GRAPH_SAFE_LAYERS.items()
 )
 
+
+def _cuda_graph_group(model: str, cls: str):
+    # The model forward (backbone, encoder, decoder; heads, loss and optimizer stay the
+    # caller's) captured and replayed as CUDA graphs, its backward too in training
+    # (optimizations.common.cuda_graph). Capture needs the forward free of host syncs: our op
+    # (no shape copy to the host) and the encoder layers' finite check decided on the device.
+    return group(
+        f"transformers.{model}.cuda_graph",
+        wrap(target=f"{_module(model)}.{cls}.forward",
+             replacement=f"{_OPT}.cuda_graph.cuda_graph_wrapper"),
+        depends_on=(f"transformers.{model}.msda", f"transformers.{model}.graph_safe"),
+    )
+
+
+CUDA_GRAPH_DEFORMABLE_DETR = _cuda_graph_group("deformable_detr", "DeformableDetrModel")
+# RT-DETR's training forward with labels builds denoising queries (data-dependent shapes): such
+# calls pass a list of targets and run eagerly; inference and training without labels replay.
+CUDA_GRAPH_RT_DETR = _cuda_graph_group("rt_detr", "RTDetrModel")
+
 GROUPS = (
     MSDA_COMMON,
     *_CLASS_GROUPS,
@@ -190,6 +209,8 @@ GROUPS = (
     COMPILE_RT_DETR,
     COMPILE_RT_DETR_MODEL,
     *_GRAPH_SAFE_GROUPS,
+    CUDA_GRAPH_DEFORMABLE_DETR,
+    CUDA_GRAPH_RT_DETR,
 )
 
 #: The MSDA groups (each replaces one model's MSDA code), for every structure of every release.

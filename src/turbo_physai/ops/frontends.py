@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from turbo_physai import _core, kernels
+from turbo_physai.ops._graphs import device_ints
 from turbo_physai.ops.ms_deform_attn import _backward_op, check_inputs, ms_deform_attn
 
 __all__ = ["MultiScaleDeformableAttention", "libreyolo_ms_deform_attn",
@@ -244,15 +245,9 @@ def _build_levels(shapes, device):
 
 
 def _fill_levels(shapes, device):
-    # Under CUDA-graph capture a host-to-device copy is not allowed (it synchronizes), and a
-    # cached tensor would be read by every replay after the cache may have freed it. Fill
-    # kernels carry each value as a kernel argument, in memory of the graph's own pool.
     sizes = [int(x) for hw in shapes for x in hw]
     areas = [h * w for h, w in zip(sizes[::2], sizes[1::2], strict=True)]
-    values = sizes + list(itertools.accumulate(areas, initial=0))[:-1]
-    flat = torch.empty(len(values), dtype=torch.int64, device=device)
-    for i, v in enumerate(values):
-        flat[i].fill_(v)
+    flat = device_ints(sizes + list(itertools.accumulate(areas, initial=0))[:-1], device)
     return flat[:len(sizes)].view(-1, 2), flat[len(sizes):]
 
 

@@ -1,0 +1,387 @@
+"""A model's forward, and in training its backward, replayed as CUDA graphs (issue 29).
+
+An eager detection model on a fast GPU is host-bound: Python launches its kernels more slowly
+than the GPU runs them. :func:`cuda_graph_wrapper` (a wrap factory for a model's ``forward``)
+captures the forward once per input signature and replays it: one launch instead of thousands.
+Where gradients are wanted it captures the backward too, as ``torch.cuda.make_graphed_callables``
+does, behind an autograd function whose backward replays it; the parameters' gradients reach
+them as usual, so the loss (Hungarian matching on the host included) and the optimizer stay the
+caller's, eager. The kernels replayed are the eager ones: outputs, losses and gradients are the
+eager model's bit for bit where the same kernels run (dropout draws other random numbers).
+
+The signature of a call: each tensor argument's shape, strides, dtype, device and
+``requires_grad``; every other argument's value (None, bool, int, float, str only); grad mode;
+autocast state; the ``training`` flag of every submodule; each parameter's and buffer's identity,
+storage and ``requires_grad``. A new signature is captured (at most ``max_graphs`` per module,
+default 4); the calls that cannot be served run the original forward eagerly, with a
+``RuntimeWarning`` naming why, once per reason and module:
+
+- an argument that is not a tensor or a plain value (a list of targets, say), or no CUDA tensor;
+- forward hooks or backward hooks on the module or a submodule (a replay would not run them);
+- more signatures than ``max_graphs``; a capture that failed (the reason is its error: a host
+  synchronization inside the forward, a data-dependent shape);
+- a forward while the previous captured forward's backward has not run (its saved activations
+  live in the graph's memory, which a second replay would overwrite); backward through a
+  captured forward after the graph ran again raises instead of returning wrong gradients.
+
+Under ``torch.compile`` tracing, or inside someone else's capture, the original runs unchanged.
+
+Memory: each signature holds its own graph pool (activations of one step, inputs, outputs).
+Outputs are copied out of it, so a result stays valid after the next call. The captured code
+reads parameters in place: an optimizer's in-place update is seen; replacing a parameter or
+moving the model re-captures. The autocast weight cache is off during capture (a cached cast
+would freeze the weights into the graph).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import graph_safe
+
+DEFAULTS: Mapping[str, Any] = {"max_graphs": 4, "warmup": 3}
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _options(options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown cuda_graph option(s) {unknown}; known: {sorted(DEFAULTS)}")
+    merged = {**DEFAULTS, **options}
+    for name in DEFAULTS:
+        value = merged[name]
+        if type(value) is not int or value < 1:
+            raise ValueError(f"cuda_graph option {name} must be a positive integer, got {value!r}")
+    return merged
+
+
+def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
+    """Wrap factory: ``original`` (a module's ``forward``) captured and replayed as CUDA graphs.
+
+    Host-to-device copies of host ints in ``original`` (Deformable DETR's and RT-DETR's spatial
+    shapes) are rewritten first so that capture can take them (:mod:`graph_safe`); a forward
+    without them is used as it is."""
+    opts = _options(options)
+    try:
+        forward = graph_safe.rewrite(original, long_tensor=graph_safe.long_tensor,
+                                     set_item=graph_safe.set_item)
+    except graph_safe.NotRewritable:
+        forward = original
+    states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    lock = threading.Lock()
+
+    @functools.wraps(original)
+    def captured_forward(self, *args, **kwargs):
+        state = states.get(self)
+        if state is None:
+            with lock:
+                state = states.setdefault(self, _ModuleGraphs(forward, self, opts))
+        return state.call(args, kwargs)
+
+    captured_forward._turbo_physai_graph_states = states
+    return captured_forward
+
+
+def stats(model) -> dict[str, Any]:
+    """What the captured forwards of ``model`` and its submodules did: per module path, the
+    graphs captured (signature summary, kind, seconds), replays, and eager calls by reason."""
+    found = {}
+    for name, module in model.named_modules():
+        forward = getattr(type(module), "forward", None)
+        states = getattr(forward, "_turbo_physai_graph_states", None)
+        if states is not None and module in states:
+            found[name or "."] = states[module].stats()
+    return found
+
+
+class _ModuleGraphs:
+    """One module's captured graphs, keyed by call signature."""
+
+    def __init__(self, forward, module, options):
+        self.forward, self.options = forward, options
+        self.module = weakref.ref(module)
+        self.graphs: dict[tuple, _Graph | str] = {}  # a str: why that signature runs eagerly
+        self.eager: dict[str, int] = {}
+        self.replays = 0
+        self.pending = None  # weakref to the autograd context of a forward awaiting backward
+        self.lock = threading.RLock()
+
+    def call(self, args, kwargs):
+        import torch
+
+        module = self.module()
+        if torch.compiler.is_compiling():
+            return self.forward(module, *args, **kwargs)
+        key, why = _signature(module, args, kwargs)
+        if key is not None and torch.cuda.is_current_stream_capturing():
+            return self.forward(module, *args, **kwargs)  # inside the caller's own capture
+        with self.lock:
+            graph = self.graphs.get(key) if why is None else why
+            if graph is None:
+                graph = self._capture(key, module, args, kwargs)
+            if isinstance(graph, str):
+                return self._eager(graph, module, args, kwargs)
+            if graph.backward_graph is not None and self.pending is not None \
+                    and self.pending() is not None:
+                return self._eager("a captured forward's backward has not run yet",
+                                   module, args, kwargs)
+            self.replays += 1
+            return graph.run(self, args, kwargs)
+
+    def _capture(self, key, module, args, kwargs):
+        if sum(isinstance(g, _Graph) for g in self.graphs.values()) >= \
+                self.options["max_graphs"]:
+            return f"more than max_graphs={self.options['max_graphs']} call signatures"
+        try:
+            graph = _Graph(self.forward, module, args, kwargs, self.options["warmup"])
+        except Exception as e:  # noqa: BLE001 - any failure means: this signature runs eagerly
+            graph = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        self.graphs[key] = graph
+        return graph
+
+    def _eager(self, why, module, args, kwargs):
+        if why not in self.eager:
+            warnings.warn(f"turbo_physai cuda_graph: {type(module).__qualname__}.forward runs "
+                          f"eagerly: {why}", RuntimeWarning, stacklevel=4)
+        self.eager[why] = self.eager.get(why, 0) + 1
+        return self.forward(module, *args, **kwargs)
+
+    def stats(self) -> dict[str, Any]:
+        return {"graphs": [g.summary for g in self.graphs.values() if isinstance(g, _Graph)],
+                "failed": sorted({g for g in self.graphs.values() if isinstance(g, str)}),
+                "replays": self.replays, "eager": dict(self.eager)}
+
+
+def _signature(module, args, kwargs) -> tuple[tuple | None, str | None]:
+    """(the call's key, None), or (None, why it cannot be captured)."""
+    import torch
+
+    parts, on_cuda = [], False
+    for name, value in (*enumerate(args), *sorted(kwargs.items())):
+        if isinstance(value, torch.Tensor):
+            parts.append((name, tuple(value.shape), value.stride(), value.dtype, value.device,
+                          value.requires_grad))
+            on_cuda = on_cuda or value.device.type == "cuda"
+        elif isinstance(value, _PLAIN):
+            parts.append((name, type(value), value))
+        else:
+            label = f"argument {name}" if isinstance(name, str) else f"positional argument {name}"
+            return None, f"{label} is a {type(value).__name__}, not a tensor or a plain value"
+    if _global_hooks():
+        return None, "global module hooks are registered (a replay would not run them)"
+    training = []
+    for m in module.modules():
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
+                or m._backward_pre_hooks:
+            return None, f"{type(m).__name__} has hooks (a replay would not run them)"
+        training.append(m.training)
+    if not on_cuda:
+        return None, "no CUDA tensor among the arguments"
+    state = tuple((id(t), t.data_ptr(), t.requires_grad)
+                  for t in (*module.parameters(), *module.buffers()))
+    autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
+    return (tuple(parts), torch.is_grad_enabled(), autocast, tuple(training), state), None
+
+
+def _global_hooks() -> bool:
+    from torch.nn.modules import module as m
+
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks
+                or m._global_backward_hooks or m._global_backward_pre_hooks)
+
+
+class _Graph:
+    """A forward (and, where gradients are wanted, its backward) captured for one signature."""
+
+    def __init__(self, forward, module, args, kwargs, warmup: int):
+        import torch
+
+        start = time.perf_counter()
+        given = _tensor_args(args, kwargs)
+        device = next(t.device for t in given if t.device.type == "cuda")
+        static_args = [_static(v) for v in args]
+        static_kwargs = {k: _static(v) for k, v in kwargs.items()}
+        self.inputs = _tensor_args(static_args, static_kwargs)
+        params = [p for p in module.parameters() if p.requires_grad]
+        wants_grad = torch.is_grad_enabled() and bool(
+            params or any(t.requires_grad for t in self.inputs))
+
+        def run():
+            return forward(module, *static_args, **static_kwargs)
+
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        buffers = [b.detach().clone() for b in module.buffers()]
+        with _uncached_autocast(), torch.cuda.stream(stream):
+            for _ in range(warmup):  # lazy initialization (cuDNN, cuBLAS) outside the capture
+                outputs = _tensors(_flatten(run())[0])
+                if wants_grad:
+                    _grad(outputs, [*self.inputs, *params])
+                del outputs
+        torch.cuda.synchronize(device)
+        with torch.no_grad():  # the warm-up ran the forward: undo what it did to the buffers
+            for b, saved in zip(module.buffers(), buffers, strict=True):
+                b.copy_(saved)
+        del buffers
+        self.pool = torch.cuda.graph_pool_handle()
+        self.forward_graph = torch.cuda.CUDAGraph()
+        with _uncached_autocast(), torch.cuda.graph(self.forward_graph, pool=self.pool,
+                                                    stream=stream):
+            out = run()
+        self.leaves, self.spec = _flatten(out)
+        self.outputs = _tensors(self.leaves)
+        self.differentiable = [i for i, t in enumerate(self.outputs) if t.requires_grad]
+        self.backward_graph = None
+        if wants_grad and self.differentiable:
+            self.params = params
+            self.grad_outputs = [torch.zeros_like(self.outputs[i]) for i in self.differentiable]
+            self.backward_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.backward_graph, pool=self.pool, stream=stream):
+                grads = _grad([self.outputs[i] for i in self.differentiable],
+                              [*self.inputs, *params], self.grad_outputs)
+            self.grads = [g.detach() if g is not None else None for g in grads]
+        # Keep the outputs, not the autograd graph of the capture behind them: its nodes were
+        # made on the capture stream (replays' gradients would then cross streams).
+        self.outputs = [t.detach() for t in self.outputs]
+        detached = iter(self.outputs)
+        self.leaves = [next(detached) if _is_tensor(x) else x for x in self.leaves]
+        torch.cuda.synchronize(device)
+        self.generation = 0
+        self.summary = {
+            "kind": "forward+backward" if self.backward_graph is not None else "forward",
+            "inputs": [tuple(t.shape) for t in self.inputs],
+            "capture_s": round(time.perf_counter() - start, 3),
+        }
+
+    def load(self, tensors):
+        """Copy the call's tensor arguments into the graph's inputs, then replay the forward."""
+        for static, value in zip(self.inputs, tensors, strict=True):
+            if static.data_ptr() != value.data_ptr():
+                static.copy_(value)
+        self.forward_graph.replay()
+        self.generation += 1
+
+    def run(self, state: _ModuleGraphs, args, kwargs):
+        given = _tensor_args(args, kwargs)
+        if self.backward_graph is None:
+            self.load(given)
+            outs = [t.clone() for t in self.outputs]
+        else:
+            outs = _replay_function().apply(self, state, *given, *self.params)
+        it = iter(outs)
+        leaves = [next(it) if _is_tensor(leaf) else leaf for leaf in self.leaves]
+        import torch.utils._pytree as pytree
+
+        return pytree.tree_unflatten(leaves, self.spec)
+
+
+@functools.cache
+def _replay_function():
+    """The autograd function behind a captured forward+backward (built on first use: importing
+    this module needs no torch)."""
+    import torch
+
+    class Replay(torch.autograd.Function):
+        """Forward: load the inputs, replay the forward graph, copy the outputs out. Backward:
+        load the output gradients, replay the backward graph, hand out the input and parameter
+        gradients."""
+
+        @staticmethod
+        def forward(ctx, graph: _Graph, state: _ModuleGraphs, *tensors):
+            graph.load(tensors[:len(graph.inputs)])
+            ctx.graph, ctx.state, ctx.generation = graph, state, graph.generation
+            state.pending = weakref.ref(ctx)
+            outs = [t.clone() for t in graph.outputs]
+            wanted = set(graph.differentiable)
+            ctx.mark_non_differentiable(*(t for i, t in enumerate(outs) if i not in wanted))
+            return tuple(outs)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, *grads):
+            graph, state = ctx.graph, ctx.state
+            with state.lock:
+                if graph.generation != ctx.generation:
+                    raise RuntimeError(
+                        "turbo_physai cuda_graph: the captured forward ran again before this "
+                        "backward, and the activations it saved are gone; call backward before "
+                        "the next forward of the same module")
+                for static, i in zip(graph.grad_outputs, graph.differentiable, strict=True):
+                    static.copy_(grads[i])
+                graph.backward_graph.replay()
+                state.pending = None
+                # Copies: the graph's buffers are overwritten by the next replay, and autograd
+                # may keep what it is handed as a parameter's .grad (then accumulate into it).
+                grads = [g.clone() if g is not None else None for g in graph.grads]
+            n = len(graph.inputs)
+            inputs = [g if t.requires_grad else None
+                      for g, t in zip(grads[:n], graph.inputs, strict=True)]
+            return (None, None, *inputs, *grads[n:])
+
+    return Replay
+
+
+def _tensor_args(args, kwargs) -> list:
+    """The tensor arguments in a fixed order: positional, then keywords sorted by name."""
+    return [v for v in (*args, *(kwargs[k] for k in sorted(kwargs))) if _is_tensor(v)]
+
+
+def _static(value):
+    """A graph-owned copy of a tensor argument (same strides, same ``requires_grad``)."""
+    if not _is_tensor(value):
+        return value
+    import torch
+
+    copy = value.detach().clone(memory_format=torch.preserve_format)
+    return copy.requires_grad_(value.requires_grad)
+
+
+def _is_tensor(value) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _flatten(out):
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_flatten(out)
+
+
+def _tensors(leaves) -> list:
+    return [t for t in leaves if _is_tensor(t)]
+
+
+def _grad(outputs, surface, grad_outputs=None):
+    """Gradients of ``outputs`` (those requiring grad) w.r.t. ``surface``, None where a surface
+    tensor needs none or is unused; ``grad_outputs`` default zeros."""
+    import torch
+
+    wanted = [t for t in outputs if t.requires_grad]
+    grads = [None] * len(surface)
+    needs = [i for i, t in enumerate(surface) if t.requires_grad]
+    if not wanted or not needs:
+        return grads
+    if grad_outputs is None:
+        grad_outputs = [torch.zeros_like(t) for t in wanted]
+    found = torch.autograd.grad(wanted, [surface[i] for i in needs], grad_outputs=grad_outputs,
+                                allow_unused=True)
+    for i, g in zip(needs, found, strict=True):
+        grads[i] = g
+    return grads
+
+
+def _uncached_autocast():
+    import contextlib
+
+    import torch
+
+    if not torch.is_autocast_enabled("cuda"):
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)

@@ -1,0 +1,155 @@
+"""transformers.<model>.cuda_graph and the shipped config turbo_physai.deformable_detr.cuda_graph.
+
+The whole training step of issue 29 (forward with labels: the DETR loss with Hungarian matching,
+backward, AdamW) with the model forward and backward replayed as CUDA graphs must give the losses
+and gradients of eager-with-our-op bit for bit, dropout off (a replay draws other random
+numbers). On the CPU the group applies, rolls back, and runs the model eagerly with the same
+results; the replays are checked on a GPU (skipped here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+
+import turbo_physai as tpa
+from turbo_physai.optimizations.common import cuda_graph
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from turbo_physai import zoo  # noqa: E402
+from turbo_physai.engine.paths import ResolutionError, resolve  # noqa: E402
+
+CONFIG = "turbo_physai.deformable_detr.cuda_graph"
+EAGER = "turbo_physai.deformable_detr"  # our op, eager: the reference
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+def _model_class(name):
+    path = {"deformable_detr": "transformers.models.deformable_detr.modeling_deformable_detr."
+                               "DeformableDetrModel",
+            "rt_detr": "transformers.models.rt_detr.modeling_rt_detr.RTDetrModel"}[name]
+    try:
+        return resolve(path).found
+    except ResolutionError as err:
+        pytest.skip(f"transformers {transformers.__version__}: {err}")
+
+
+def _without_dropout(model):
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        for name, value in vars(m).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(m, name, 0.0)
+    return model
+
+
+def _detr(device="cpu", side=None):
+    built = zoo.build("deformable_detr", "tiny", device=device)
+    pixels = built.inputs["pixel_values"]
+    gen = torch.Generator().manual_seed(1)
+    labels = [{"class_labels": torch.randint(0, 10, (3,), generator=gen).to(device),
+               "boxes": (torch.rand(3, 4, generator=gen) * 0.4 + 0.3).to(device)}
+              for _ in range(pixels.shape[0])]
+    return _without_dropout(built.model), pixels, labels
+
+
+def _steps(model, pixels, labels, steps=3, amp=None):
+    """Per training step: the loss, the logits and every parameter's gradient."""
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    found = []
+    autocast = (torch.autocast(pixels.device.type, dtype=amp) if amp
+                else contextlib.nullcontext())
+    for _ in range(steps):
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            out = model(pixel_values=pixels, labels=labels)
+        out.loss.backward()
+        found.append([out.loss.detach().clone(), out.logits.detach().clone(),
+                      *(torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                        for p in model.parameters())])
+        optimizer.step()
+    model.load_state_dict(weights)
+    return found
+
+
+def _assert_identical(got, want):
+    for step_got, step_want in zip(got, want, strict=True):
+        for a, b in zip(step_got, step_want, strict=True):
+            assert torch.equal(a, b), (a.float() - b.float()).abs().max()
+
+
+@pytest.mark.parametrize("name", ["deformable_detr", "rt_detr"])
+def test_the_group_applies_with_its_dependencies_and_rolls_back(name):
+    cls = _model_class(name)
+    original = vars(cls)["forward"]
+    group_id = f"transformers.{name}.cuda_graph"
+    with tpa.applied(groups=[group_id], strict=True) as report:
+        applied = {g.id for g in report.groups if g.decision == "apply"}
+        assert {group_id, f"transformers.{name}.graph_safe"} <= applied
+        assert vars(cls)["forward"] is not original
+    assert vars(cls)["forward"] is original
+
+
+def test_on_the_cpu_the_shipped_config_runs_the_model_eagerly_with_the_same_results():
+    model, pixels, labels = _detr()
+    with tpa.applied(EAGER, strict=True):
+        want = _steps(model, pixels, labels, steps=2)
+    with tpa.applied(CONFIG, strict=True):
+        with pytest.warns(RuntimeWarning, match="no CUDA tensor among the arguments"):
+            got = _steps(model, pixels, labels, steps=2)
+        assert cuda_graph.stats(model)["model"]["eager"] == {
+            "no CUDA tensor among the arguments": 2}
+    _assert_identical(got, want)
+
+
+@pytest.fixture
+def deterministic():
+    """torch's deterministic mode (warn-only) and cuDNN's: float atomics (our op's float32
+    backward, cuDNN's weight gradients) make even two eager runs differ in the last bits."""
+    cudnn = torch.backends.cudnn
+    before = cudnn.deterministic, cudnn.benchmark
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    cudnn.deterministic, cudnn.benchmark = True, False
+    yield
+    torch.use_deterministic_algorithms(False)
+    cudnn.deterministic, cudnn.benchmark = before
+
+
+@cuda
+@pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, deterministic):
+    model, pixels, labels = _detr("cuda")
+    with tpa.applied(EAGER, strict=True):
+        want = _steps(model, pixels, labels, amp=amp)
+        _assert_identical(_steps(model, pixels, labels, amp=amp), want)  # reproducible
+    with tpa.applied(CONFIG, strict=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
+            got = _steps(model, pixels, labels, amp=amp)
+        stats = cuda_graph.stats(model)["model"]
+    assert [g["kind"] for g in stats["graphs"]] == ["forward+backward"]
+    assert stats["replays"] == 3 and stats["eager"] == {} and stats["failed"] == []
+    _assert_identical(got, want)
+
+
+@cuda
+@pytest.mark.parametrize("name", ["deformable_detr", "rt_detr"])
+def test_inference_replayed_equals_eager_with_our_op(name, deterministic):
+    built = zoo.build(name, "tiny", device="cuda")
+    model, pixels = built.model, built.inputs["pixel_values"]
+    group_id = f"transformers.{name}.cuda_graph"
+    with torch.no_grad():
+        with tpa.applied(groups=list(built.groups), strict=True):
+            want = [built.outputs(model(pixel_values=p)) for p in (pixels, pixels.flip(0))]
+        with tpa.applied(groups=[group_id], strict=True):
+            got = [built.outputs(model(pixel_values=p)) for p in (pixels, pixels.flip(0))]
+            stats = cuda_graph.stats(model)["model"]
+    assert [g["kind"] for g in stats["graphs"]] == ["forward"] and stats["replays"] == 2
+    _assert_identical(got, want)

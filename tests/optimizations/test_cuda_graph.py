@@ -1,0 +1,272 @@
+"""optimizations.common.cuda_graph on modules written here (the catalog's groups on the real
+models: tests/catalogs/test_transformers_cuda_graph.py).
+
+On the CPU: what is decided before any capture (options, the reasons a call runs eagerly, the
+host-list rewrite). With a GPU: replays equal the eager forward and backward bit for bit, the
+guards that keep a replay from returning stale or wrong results, and capture failures."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+import turbo_physai as tpa
+from turbo_physai.optimizations.common import cuda_graph, graph_safe
+
+from .conftest import host_module
+
+torch = pytest.importorskip("torch")
+
+HOST = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 5)
+        self.norm = nn.BatchNorm1d(5)
+        self.out = nn.Linear(5, 3)
+
+    def forward(self, x, scale=1.0, extra=None):
+        shapes = [(x.shape[0], x.shape[1])]
+        sizes = torch.as_tensor(shapes, dtype=torch.long, device=x.device)
+        rows = x.shape[0] + 1
+        sizes[0, 0] = rows  # host int into a device tensor: capture needs the rewrite
+        h = torch.relu(self.norm(self.lin(x))) * scale
+        for e in (extra.values() if isinstance(extra, dict) else extra or ()):
+            h = h + e
+        return {"y": self.out(h), "sizes": sizes, "n": 2}
+
+
+class Syncing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.lin(x).sum().item() > 1e30:  # a host sync: capture cannot take it
+            return x
+        return self.lin(x)
+"""
+TARGET = "tpa_cuda_graph_host.{}.forward"
+WRAPPER = "turbo_physai.optimizations.common.cuda_graph.cuda_graph_wrapper"
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    yield from host_module(tmp_path, monkeypatch, "tpa_cuda_graph_host", HOST)
+
+
+def _selection(cls="Net", **options):
+    """(config, groups) selecting the host's cuda_graph group with ``options``."""
+    group = tpa.group("host.cuda_graph", tpa.wrap(TARGET.format(cls), WRAPPER))
+    config = tpa.OptimizationConfig.for_groups(group.id, **{group.id: options})
+    return {"config": config, "groups": [group]}
+
+
+def _applied(cls="Net", **options):
+    selection = _selection(cls, **options)
+    return tpa.applied(selection.pop("config"), strict=True, **selection)
+
+
+def _eager_reasons(module):
+    return next(iter(cuda_graph.stats(module).values()))["eager"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"graphs": 2}, "unknown cuda_graph option(s) ['graphs']; known: ['max_graphs', 'warmup']"),
+    ({"max_graphs": 0}, "cuda_graph option max_graphs must be a positive integer, got 0"),
+    ({"warmup": 1.5}, "cuda_graph option warmup must be a positive integer, got 1.5"),
+])
+def test_bad_options_block_the_group_naming_them(host, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cuda_graph.cuda_graph_wrapper(vars(host.Net)["forward"], options)
+    report = tpa.check(**_selection(**options))
+    assert report.group("host.cuda_graph").decision == "block"
+    assert message in str(report.group("host.cuda_graph").to_dict())
+
+
+def test_the_forward_is_rewritten_for_capture_and_equal_outside_it(host):
+    original = vars(host.Net)["forward"]
+    wrapped = cuda_graph.cuda_graph_wrapper(original, {})
+    assert wrapped.__wrapped__ is original and wrapped.__name__ == "forward"
+    rewritten = graph_safe.rewrite(original, long_tensor=graph_safe.long_tensor,
+                                   set_item=graph_safe.set_item)
+    net, x = host.Net().eval(), torch.randn(4, 6)
+    assert torch.equal(rewritten(net, x)["sizes"], torch.tensor([[5, 6]]))
+    stored = {}
+    graph_safe.set_item(stored, "k", 3)  # not a tensor: the plain statement
+    assert stored == {"k": 3}
+    for values in ([(5, 4), (2, 3)], [[7]], [], 3):
+        want = torch.as_tensor(values, dtype=torch.long)
+        got = graph_safe.long_tensor(values, "cpu")
+        assert got.dtype == torch.long and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("call, reason", [
+    (lambda net, x: net(x), "no CUDA tensor among the arguments"),
+    (lambda net, x: net(x, extra=[torch.ones(5)]),
+     "argument extra is a list, not a tensor or a plain value"),
+    (lambda net, x: net(x, 1.0, {"a": torch.ones(5)}),
+     "positional argument 2 is a dict, not a tensor or a plain value"),
+])
+def test_calls_it_cannot_capture_run_eagerly_with_one_warning_each(host, call, reason):
+    net, x = host.Net().train(), torch.randn(4, 6)
+    torch.manual_seed(0)
+    want = call(net, x)["y"]
+    with _applied():
+        with pytest.warns(RuntimeWarning, match=re.escape(f"Net.forward runs eagerly: {reason}")):
+            got = call(net, x)["y"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per reason
+            call(net, x)
+        assert _eager_reasons(net) == {reason: 2}
+    assert torch.equal(got, want)
+
+
+def test_hooks_keep_the_call_eager(host):
+    net = host.Net()
+    net.norm.register_forward_hook(lambda *a: None)
+    with _applied():
+        with pytest.warns(RuntimeWarning, match="BatchNorm1d has hooks"):
+            net(torch.randn(4, 6))
+
+
+def test_rollback_restores_the_original_forward(host):
+    original = vars(host.Net)["forward"]
+    with _applied():
+        assert vars(host.Net)["forward"] is not original
+    assert vars(host.Net)["forward"] is original
+
+
+# --- on a GPU ------------------------------------------------------------------------------------
+
+def _train(net, x, steps=3, seed=0):
+    """Per step: outputs, then every parameter's gradient; AdamW steps in between."""
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    found = []
+    for i in range(steps):
+        opt.zero_grad(set_to_none=True)
+        out = net(x[i % len(x)], 0.5)
+        (out["y"] ** 2).sum().backward()
+        found.append([out["y"].detach().clone(), out["sizes"].clone(),
+                      *(p.grad.clone() for p in net.parameters())])
+        opt.step()
+    return found
+
+
+def _twins(host):
+    torch.manual_seed(0)
+    a = host.Net().cuda()
+    b = host.Net().cuda()
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+@cuda
+def test_training_replays_equal_eager_bit_for_bit(host):
+    eager_net, graph_net = _twins(host)
+    xs = [torch.randn(8, 6, device="cuda") for _ in range(2)]
+    want = _train(eager_net, xs)
+    with _applied():
+        got = _train(graph_net, xs)
+        stats = cuda_graph.stats(graph_net)["."]
+    assert [g["kind"] for g in stats["graphs"]] == ["forward+backward"]
+    assert stats["replays"] == 3 and stats["eager"] == {}
+    for step_got, step_want in zip(got, want, strict=True):
+        for a, b in zip(step_got, step_want, strict=True):
+            assert torch.equal(a, b)
+    # BatchNorm's running statistics: the warm-up's updates undone, each replay's kept
+    assert torch.equal(graph_net.norm.running_mean, eager_net.norm.running_mean)
+    assert graph_net.norm.num_batches_tracked.item() == 3
+
+
+@cuda
+def test_inference_replays_equal_eager_and_outputs_stay_valid(host):
+    net = host.Net().cuda().eval()
+    xs = [torch.randn(8, 6, device="cuda") for _ in range(3)]
+    with torch.no_grad():
+        want = [net(x)["y"] for x in xs]
+        with _applied():
+            got = [net(x) for x in xs]
+            assert cuda_graph.stats(net)["."]["graphs"][0]["kind"] == "forward"
+    for out, w in zip(got, want, strict=True):  # each result its own copy
+        assert torch.equal(out["y"], w) and out["n"] == 2
+
+
+@cuda
+def test_a_new_shape_is_captured_again_up_to_max_graphs(host):
+    net = host.Net().cuda().eval()
+    original = vars(host.Net)["forward"]
+    with torch.no_grad(), _applied(max_graphs=2):
+        for rows in (8, 16, 8, 32):
+            x = torch.randn(rows, 6, device="cuda")
+            if rows == 32:
+                with pytest.warns(RuntimeWarning, match="more than max_graphs=2"):
+                    got = net(x)
+            else:
+                got = net(x)
+            assert torch.equal(got["y"], original(net, x)["y"])
+        stats = cuda_graph.stats(net)["."]
+    assert [g["inputs"] for g in stats["graphs"]] == [[(8, 6)], [(16, 6)]]
+    assert stats["eager"] == {"more than max_graphs=2 call signatures": 1}
+
+
+@cuda
+def test_a_second_forward_before_backward_runs_eagerly_and_both_gradients_are_right(host):
+    eager_net, graph_net = _twins(host)
+    x1, x2 = (torch.randn(8, 6, device="cuda") for _ in range(2))
+    (eager_net(x1)["y"].sum() + 2 * eager_net(x2)["y"].sum()).backward()
+    with _applied():
+        graph_net(x1)["y"].sum().backward()  # captured
+        graph_net.zero_grad(set_to_none=True)
+        first = graph_net(x1)["y"]
+        with pytest.warns(RuntimeWarning, match="backward has not run yet"):
+            second = graph_net(x2)["y"]
+        (first.sum() + 2 * second.sum()).backward()
+    for a, b in zip(graph_net.parameters(), eager_net.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-7)  # BN: another batch
+
+
+@cuda
+def test_gradients_accumulate_over_two_backwards_as_eager(host):
+    eager_net, graph_net = _twins(host)
+    x1, x2 = (torch.randn(8, 6, device="cuda") for _ in range(2))
+    for x in (x1, x2):
+        eager_net(x)["y"].sum().backward()
+    with _applied():
+        for x in (x1, x2):  # no zero_grad between: the second adds to the first
+            graph_net(x)["y"].sum().backward()
+    for a, b in zip(graph_net.parameters(), eager_net.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+
+
+@cuda
+def test_a_backward_after_the_graph_ran_again_raises(host):
+    net = host.Net().cuda()
+    x = torch.randn(8, 6, device="cuda")
+    with _applied():
+        net(x)["y"].sum().backward()
+        kept = net(x)["y"].sum()
+        kept.backward(retain_graph=True)
+        net(x)["y"].sum().backward()
+        with pytest.raises(RuntimeError, match="ran again before this backward"):
+            kept.backward()
+
+
+@cuda
+def test_a_forward_capture_cannot_take_runs_eagerly_naming_the_error(host):
+    net = host.Syncing().cuda()
+    x = torch.randn(3, 4, device="cuda")
+    want = net(x)
+    with _applied("Syncing"):
+        with pytest.warns(RuntimeWarning, match="Syncing.forward runs eagerly: capture failed: "):
+            got = net(x)
+        failed = cuda_graph.stats(net)["."]["failed"]
+    assert torch.equal(got, want) and len(failed) == 1
+    assert torch.equal(net(x), want)  # the device is usable after the failed capture
