@@ -218,6 +218,20 @@ def test_a_new_shape_is_captured_again_up_to_max_graphs(host):
 
 
 @cuda
+def test_replaced_parameters_free_the_graphs_and_capture_again(host):
+    net = host.Net().cuda().eval()
+    original = vars(host.Net)["forward"]
+    x = torch.randn(8, 6, device="cuda")
+    with torch.no_grad(), _applied():
+        net(x)
+        net.lin.weight.data = torch.randn_like(net.lin.weight)  # new storage
+        got = net(x)["y"]
+        stats = cuda_graph.stats(net)["."]
+    assert torch.equal(got, original(net, x)["y"])
+    assert stats["invalidated"] == 1 and len(stats["graphs"]) == 1
+
+
+@cuda
 def test_a_second_forward_before_backward_runs_eagerly_and_both_gradients_are_right(host):
     eager_net, graph_net = _twins(host)
     x1, x2 = (torch.randn(8, 6, device="cuda") for _ in range(2))

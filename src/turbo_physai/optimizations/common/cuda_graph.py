@@ -11,10 +11,9 @@ eager model's bit for bit where the same kernels run (dropout draws other random
 
 The signature of a call: each tensor argument's shape, strides, dtype, device and
 ``requires_grad``; every other argument's value (None, bool, int, float, str only); grad mode;
-autocast state; the ``training`` flag of every submodule; each parameter's and buffer's identity,
-storage and ``requires_grad``. A new signature is captured (at most ``max_graphs`` per module,
-default 4); the calls that cannot be served run the original forward eagerly, with a
-``RuntimeWarning`` naming why, once per reason and module:
+autocast state; the ``training`` flag of every submodule. A new signature is captured (at most
+``max_graphs`` per module, default 4); the calls that cannot be served run the original forward
+eagerly, with a ``RuntimeWarning`` naming why, once per reason and module:
 
 - an argument that is not a tensor or a plain value (a list of targets, say), or no CUDA tensor;
 - forward hooks or backward hooks on the module or a submodule (a replay would not run them);
@@ -28,8 +27,9 @@ Under ``torch.compile`` tracing, or inside someone else's capture, the original 
 
 Memory: each signature holds its own graph pool (activations of one step, inputs, outputs).
 Outputs are copied out of it, so a result stays valid after the next call. The captured code
-reads parameters in place: an optimizer's in-place update is seen; replacing a parameter or
-moving the model re-captures. The autocast weight cache is off during capture (a cached cast
+reads parameters in place: an optimizer's in-place update is seen; when a parameter or buffer is
+replaced, moved or changes ``requires_grad``, every graph of the module is freed and calls
+capture again. The autocast weight cache is off during capture (a cached cast
 would freeze the weights into the graph).
 """
 
@@ -108,7 +108,8 @@ class _ModuleGraphs:
         self.module = weakref.ref(module)
         self.graphs: dict[tuple, _Graph | str] = {}  # a str: why that signature runs eagerly
         self.eager: dict[str, int] = {}
-        self.replays = 0
+        self.replays = self.invalidated = 0
+        self.state = None  # the parameters and buffers the graphs read (identity, storage)
         self.pending = None  # weakref to the autograd context of a forward awaiting backward
         self.lock = threading.RLock()
 
@@ -118,10 +119,16 @@ class _ModuleGraphs:
         module = self.module()
         if torch.compiler.is_compiling():
             return self.forward(module, *args, **kwargs)
-        key, why = _signature(module, args, kwargs)
+        key, state, why = _signature(module, args, kwargs)
         if key is not None and torch.cuda.is_current_stream_capturing():
             return self.forward(module, *args, **kwargs)  # inside the caller's own capture
         with self.lock:
+            if why is None and state != self.state:
+                # Parameters replaced or moved: every graph reads memory they no longer own.
+                # Freed here (their pools with them) rather than kept until max_graphs.
+                self.invalidated += bool(self.graphs)
+                self.graphs.clear()
+                self.state, self.pending = state, None
             graph = self.graphs.get(key) if why is None else why
             if graph is None:
                 graph = self._capture(key, module, args, kwargs)
@@ -155,11 +162,13 @@ class _ModuleGraphs:
     def stats(self) -> dict[str, Any]:
         return {"graphs": [g.summary for g in self.graphs.values() if isinstance(g, _Graph)],
                 "failed": sorted({g for g in self.graphs.values() if isinstance(g, str)}),
-                "replays": self.replays, "eager": dict(self.eager)}
+                "replays": self.replays, "eager": dict(self.eager),
+                "invalidated": self.invalidated}
 
 
-def _signature(module, args, kwargs) -> tuple[tuple | None, str | None]:
-    """(the call's key, None), or (None, why it cannot be captured)."""
+def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | None]:
+    """(the call's key, the module's parameter state, None), or (None, None, why it cannot be
+    captured)."""
     import torch
 
     parts, on_cuda = [], False
@@ -172,21 +181,22 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, str | None]:
             parts.append((name, type(value), value))
         else:
             label = f"argument {name}" if isinstance(name, str) else f"positional argument {name}"
-            return None, f"{label} is a {type(value).__name__}, not a tensor or a plain value"
+            return None, None, (f"{label} is a {type(value).__name__}, not a tensor or a plain "
+                                "value")
     if _global_hooks():
-        return None, "global module hooks are registered (a replay would not run them)"
+        return None, None, "global module hooks are registered (a replay would not run them)"
     training = []
     for m in module.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
                 or m._backward_pre_hooks:
-            return None, f"{type(m).__name__} has hooks (a replay would not run them)"
+            return None, None, f"{type(m).__name__} has hooks (a replay would not run them)"
         training.append(m.training)
     if not on_cuda:
-        return None, "no CUDA tensor among the arguments"
+        return None, None, "no CUDA tensor among the arguments"
     state = tuple((id(t), t.data_ptr(), t.requires_grad)
                   for t in (*module.parameters(), *module.buffers()))
     autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
-    return (tuple(parts), torch.is_grad_enabled(), autocast, tuple(training), state), None
+    return (tuple(parts), torch.is_grad_enabled(), autocast, tuple(training)), state, None
 
 
 def _global_hooks() -> bool:
