@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -75,22 +76,33 @@ def _summary(times: list[float]) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": min(times)}
 
 
+def ours_config(config_id: str, groups: tuple[str, ...] = ()):
+    """The shipped config ``config_id``, with ``groups`` added (IDs of its catalogs' groups)."""
+    if not groups:
+        return config_id
+    base = tpa.load_config(config_id)
+    return dataclasses.replace(
+        base, groups=(*base.groups, *(tpa.GroupSelection(g) for g in groups)))
+
+
 def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: bool,
-            on_row: Callable[[dict], None] = lambda row: None) -> dict:
+            on_row: Callable[[dict], None] = lambda row: None, groups: tuple[str, ...] = ()
+            ) -> dict:
     """The row of figures; ``on_row`` gets it once the eager figures are in (compiling may take
-    longer than the caller's time limit) and again at the end."""
+    longer than the caller's time limit) and again at the end. ``groups``: added to "ours"."""
     cuda = host.images.is_cuda
+    ours = ours_config(host.config_id, groups)
     passes = _passes(host, amp)
     # A training step moves BatchNorm's running statistics, which the next eval pass reads.
     state = copy.deepcopy(host.model.state_dict())
     stock_out, stock_loss = passes["inference"](), passes["training step"]()
     host.model.load_state_dict(state)
-    with tpa.applied(host.config_id, strict=True):
+    with tpa.applied(ours, strict=True):
         ours_out, ours_loss = passes["inference"](), passes["training step"]()
     host.model.load_state_dict(state)
     row = {
         "model": host.name,
-        "config": host.config_id,
+        "config": " + ".join((host.config_id, *groups)),
         "max_abs_diff": max(
             float((a.float() - b.float()).abs().max())
             for a, b in zip(stock_out, ours_out, strict=True)
@@ -101,18 +113,18 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
     for _ in range(ROUNDS):
         for side in ("stock", "ours"):
             with (
-                tpa.applied(host.config_id, strict=True)
+                tpa.applied(ours, strict=True)
                 if side == "ours"
                 else (contextlib.nullcontext())
             ):
                 for label, fn in passes.items():
                     eager[side][label] += _timed(fn, reps, warmup, cuda)[0]
     for label in PASSES:
-        stock, ours = _summary(eager["stock"][label]), _summary(eager["ours"][label])
+        stock, mine = _summary(eager["stock"][label]), _summary(eager["ours"][label])
         row[label] = {
             "stock": stock,
-            "ours": ours,
-            "speedup": stock["median_ms"] / ours["median_ms"],
+            "ours": mine,
+            "speedup": stock["median_ms"] / mine["median_ms"],
         }
     on_row(row)
     if compile_options is not None:
@@ -122,7 +134,7 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
         for side in ("stock", "ours"):
             torch._dynamo.reset()
             with (
-                tpa.applied(host.config_id, strict=True)
+                tpa.applied(ours, strict=True)
                 if side == "ours"
                 else (contextlib.nullcontext())
             ):
@@ -182,6 +194,9 @@ def parser(doc: str, model_help: str, default_model: str) -> argparse.ArgumentPa
         "and AOTAutograd trace forward and backward; inductor's CPU code generation "
         "of these models takes many minutes on 2 cores)",
     )
+    p.add_argument("--groups", default="",
+                   help="comma-separated group IDs added to the shipped config on our side "
+                        "(e.g. the host's cuda_graph group)")
     p.add_argument("--json", help="default: benchmarks/results/e2e_<host>.json")
     return p
 
@@ -229,5 +244,5 @@ def run(args: argparse.Namespace, host_name: str, build: Callable[..., object]) 
         print(f"\nwrote {out}", flush=True)
 
     measure(host, reps=args.reps, warmup=args.warmup, compile_options=compile_options,
-            amp=args.amp, on_row=save)
+            amp=args.amp, on_row=save, groups=tuple(g for g in args.groups.split(",") if g))
     return 0

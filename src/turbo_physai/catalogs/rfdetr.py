@@ -1,17 +1,17 @@
 """Roboflow RF-DETR catalog: our ``ms_deform_attn`` op in every RF-DETR model (detection,
 segmentation, keypoints: all decoders use ``rfdetr.models.ops.modules.MSDeformAttn``).
 
-One group, ``rfdetr.msda``: the pure-PyTorch core ``ms_deform_attn_core_pytorch`` (grid_sample
+``rfdetr.msda``: the pure-PyTorch core ``ms_deform_attn_core_pytorch`` (grid_sample
 per level; RF-DETR has no compiled kernel) replaced by :func:`turbo_physai.ops.frontends.
 rfdetr_function`, with the two copies its package modules import by name (the one in
 ``modules/ms_deform_attn.py`` is the one ``MSDeformAttn.forward`` calls). Compatibility is by the
 code of the core and of the grid_sample helper it calls (``optimizations/common/rfdetr/msda.py``).
-See docs/catalogs/rfdetr.md.
+``rfdetr.cuda_graph``: inference replayed as CUDA graphs. See docs/catalogs/rfdetr.md.
 """
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace
+from ..engine.declarations import group, replace, wrap
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("rfdetr",)
@@ -31,4 +31,16 @@ MSDA = group(
     compatibility_check="turbo_physai.optimizations.common.rfdetr.msda.check",
 )
 
-GROUPS = (MSDA,)
+# LWDETR.forward captured and replayed as CUDA graphs (optimizations.common.cuda_graph) where
+# it is called with a tensor (inference); training passes a list of targets and runs eagerly,
+# with a RuntimeWarning saying so.
+CUDA_GRAPH = group(
+    "rfdetr.cuda_graph",
+    wrap(
+        target="rfdetr.models.lwdetr.LWDETR.forward",
+        replacement="turbo_physai.optimizations.common.cuda_graph.cuda_graph_wrapper",
+    ),
+    depends_on=("rfdetr.msda",),
+)
+
+GROUPS = (MSDA, CUDA_GRAPH)

@@ -1,16 +1,17 @@
 """Ultralytics catalog: our ``ms_deform_attn`` op in RT-DETR (``RTDETR("rtdetr-l.yaml")`` and
 every model whose decoder uses ``ultralytics.nn.modules.transformer.MSDeformAttn``).
 
-One group, ``ultralytics.rtdetr.msda``: ``multi_scale_deformable_attn_pytorch`` (grid_sample per
+``ultralytics.rtdetr.msda``: ``multi_scale_deformable_attn_pytorch`` (grid_sample per
 level, in training and inference) replaced by :func:`turbo_physai.ops.frontends.
 ultralytics_function`. ``transformer.py`` imports it by name from ``utils.py``, and that copy is
 the one ``MSDeformAttn.forward`` calls: it is the alias replaced with it. Compatibility is by the
-function's code (``optimizations/common/ultralytics/msda.py``). See docs/catalogs/ultralytics.md.
+function's code (``optimizations/common/ultralytics/msda.py``). ``ultralytics.rtdetr.cuda_graph``:
+inference replayed as CUDA graphs. See docs/catalogs/ultralytics.md.
 """
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace
+from ..engine.declarations import group, replace, wrap
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("ultralytics",)
@@ -27,4 +28,16 @@ RTDETR_MSDA = group(
     compatibility_check="turbo_physai.optimizations.common.ultralytics.msda.check",
 )
 
-GROUPS = (RTDETR_MSDA,)
+# RTDETRDetectionModel.predict (backbone, hybrid encoder, decoder) captured and replayed as CUDA
+# graphs (optimizations.common.cuda_graph) for inference; the training loss calls it with a dict
+# of targets (denoising queries), which runs eagerly with a RuntimeWarning saying so.
+RTDETR_CUDA_GRAPH = group(
+    "ultralytics.rtdetr.cuda_graph",
+    wrap(
+        target="ultralytics.nn.tasks.RTDETRDetectionModel.predict",
+        replacement="turbo_physai.optimizations.common.cuda_graph.cuda_graph_wrapper",
+    ),
+    depends_on=("ultralytics.rtdetr.msda",),
+)
+
+GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH)
