@@ -11,7 +11,8 @@ code of the core and of the grid_sample helper it calls (``optimizations/common/
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace, wrap
+from ..engine.declarations import group, replace
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("rfdetr",)
@@ -34,13 +35,8 @@ MSDA = group(
 # LWDETR.forward captured and replayed as CUDA graphs (optimizations.common.cuda_graph) where
 # it is called with a tensor (inference); training passes a list of targets and runs eagerly,
 # with a RuntimeWarning saying so.
-CUDA_GRAPH = group(
-    "rfdetr.cuda_graph",
-    wrap(
-        target="rfdetr.models.lwdetr.LWDETR.forward",
-        replacement="turbo_physai.optimizations.common.cuda_graph.cuda_graph_wrapper",
-    ),
-    depends_on=("rfdetr.msda",),
+CUDA_GRAPH = capture_group(
+    "rfdetr.cuda_graph", "rfdetr.models.lwdetr.LWDETR.forward", depends_on=("rfdetr.msda",)
 )
 
 GROUPS = (MSDA, CUDA_GRAPH)

@@ -17,6 +17,7 @@ out (D-FINE, DEIMv2) and why.
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, wrap
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("transformers",)
@@ -185,10 +186,8 @@ def _cuda_graph_group(model: str, cls: str):
     # caller's) captured and replayed as CUDA graphs, its backward too in training
     # (optimizations.common.cuda_graph). Capture needs the forward free of host syncs: our op
     # (no shape copy to the host) and the encoder layers' finite check decided on the device.
-    return group(
-        f"transformers.{model}.cuda_graph",
-        wrap(target=f"{_module(model)}.{cls}.forward",
-             replacement=f"{_OPT}.cuda_graph.cuda_graph_wrapper"),
+    return capture_group(
+        f"transformers.{model}.cuda_graph", f"{_module(model)}.{cls}.forward",
         depends_on=(f"transformers.{model}.msda", f"transformers.{model}.graph_safe"),
     )
 

@@ -11,7 +11,8 @@ inference replayed as CUDA graphs. See docs/catalogs/ultralytics.md.
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace, wrap
+from ..engine.declarations import group, replace
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("ultralytics",)
@@ -31,12 +32,8 @@ RTDETR_MSDA = group(
 # RTDETRDetectionModel.predict (backbone, hybrid encoder, decoder) captured and replayed as CUDA
 # graphs (optimizations.common.cuda_graph) for inference; the training loss calls it with a dict
 # of targets (denoising queries), which runs eagerly with a RuntimeWarning saying so.
-RTDETR_CUDA_GRAPH = group(
-    "ultralytics.rtdetr.cuda_graph",
-    wrap(
-        target="ultralytics.nn.tasks.RTDETRDetectionModel.predict",
-        replacement="turbo_physai.optimizations.common.cuda_graph.cuda_graph_wrapper",
-    ),
+RTDETR_CUDA_GRAPH = capture_group(
+    "ultralytics.rtdetr.cuda_graph", "ultralytics.nn.tasks.RTDETRDetectionModel.predict",
     depends_on=("ultralytics.rtdetr.msda",),
 )
 

@@ -61,6 +61,15 @@ def _options(options: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def capture_group(group_id: str, target: str, depends_on: tuple[str, ...]):
+    """The catalogs' group that wraps ``target`` (a model's forward) with
+    :func:`cuda_graph_wrapper`, after ``depends_on`` (the model's MSDA group, ...)."""
+    from ...engine.declarations import group, wrap
+
+    return group(group_id, wrap(target=target, replacement=f"{__name__}.cuda_graph_wrapper"),
+                 depends_on=depends_on)
+
+
 def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
     """Wrap factory: ``original`` (a module's ``forward``) captured and replayed as CUDA graphs.
 
