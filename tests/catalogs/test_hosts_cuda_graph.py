@@ -7,7 +7,6 @@ with the results of the MSDA group alone. With a GPU: inference replays equal th
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import pytest
@@ -77,29 +76,15 @@ def test_on_the_cpu_both_passes_run_eagerly_with_the_msda_groups_results(group_i
     assert torch.equal(loss, want_loss)
 
 
-@contextlib.contextmanager
-def _deterministic():
-    cudnn = torch.backends.cudnn
-    before = cudnn.deterministic, cudnn.benchmark
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    cudnn.deterministic, cudnn.benchmark = True, False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(False)
-        cudnn.deterministic, cudnn.benchmark = before
-
-
 @cuda
 @pytest.mark.parametrize("group_id", sorted(HOSTS))
-def test_inference_replays_equal_the_msda_groups_results(group_id, no_network):
+def test_inference_replays_equal_the_msda_groups_results(group_id, no_network, deterministic):
     host = _host(group_id, "cuda")
     msda = HOSTS[group_id][1]
-    with _deterministic():
-        want, want_loss = _runs(host, [msda])
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got, loss = _runs(host, [group_id])
+    want, want_loss = _runs(host, [msda])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, loss = _runs(host, [group_id])
     reasons = {str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)
                and "turbo_physai cuda_graph" in str(w.message)}
     assert reasons and all(TRAINING_REASON[group_id] in r for r in reasons), reasons

@@ -15,6 +15,7 @@ import warnings
 import pytest
 
 import turbo_physai as tpa
+from turbo_physai.catalogs import transformers as catalog
 from turbo_physai.optimizations.common import cuda_graph
 
 torch = pytest.importorskip("torch")
@@ -29,11 +30,12 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
 def _model_class(name):
-    path = {"deformable_detr": "transformers.models.deformable_detr.modeling_deformable_detr."
-                               "DeformableDetrModel",
-            "rt_detr": "transformers.models.rt_detr.modeling_rt_detr.RTDetrModel"}[name]
+    """The class whose forward ``transformers.<name>.cuda_graph`` wraps; skip where this
+    release lacks it."""
+    group_id = f"transformers.{name}.cuda_graph"
+    path = next(g for g in catalog.GROUPS if g.id == group_id).declarations[0].target
     try:
-        return resolve(path).found
+        return resolve(path.rsplit(".", 1)[0]).found
     except ResolutionError as err:
         pytest.skip(f"transformers {transformers.__version__}: {err}")
 
@@ -107,19 +109,6 @@ def test_on_the_cpu_the_shipped_config_runs_the_model_eagerly_with_the_same_resu
         assert cuda_graph.stats(model)["model"]["eager"] == {
             "no CUDA tensor among the arguments": 2}
     _assert_identical(got, want)
-
-
-@pytest.fixture
-def deterministic():
-    """torch's deterministic mode (warn-only) and cuDNN's: float atomics (our op's float32
-    backward, cuDNN's weight gradients) make even two eager runs differ in the last bits."""
-    cudnn = torch.backends.cudnn
-    before = cudnn.deterministic, cudnn.benchmark
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    cudnn.deterministic, cudnn.benchmark = True, False
-    yield
-    torch.use_deterministic_algorithms(False)
-    cudnn.deterministic, cudnn.benchmark = before
 
 
 @cuda
