@@ -1,9 +1,10 @@
 """optimizations.common.cuda_graph on modules written here (the catalog's groups on the real
 models: tests/catalogs/test_transformers_cuda_graph.py).
 
-On the CPU: what is decided before any capture (options, the reasons a call runs eagerly, the
-host-list rewrite). With a GPU: replays equal the eager forward and backward bit for bit, the
-guards that keep a replay from returning stale or wrong results, and capture failures."""
+On the CPU: what is decided before any capture (options, the reasons a call runs eagerly). With
+a GPU: replays equal the eager forward and backward bit for bit (the forward sends host data to
+the device four ways: host_transfers.py serves them), the guards that keep a replay from
+returning stale or wrong results, and capture failures naming the line that caused them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import warnings
 import pytest
 
 import turbo_physai as tpa
-from turbo_physai.optimizations.common import cuda_graph, graph_safe
+from turbo_physai.optimizations.common import cuda_graph
 
 from .conftest import host_module
 
@@ -32,14 +33,26 @@ class Net(nn.Module):
         self.out = nn.Linear(5, 3)
 
     def forward(self, x, scale=1.0, extra=None):
+        # host data to the device, four ways: capture needs them served (host_transfers.py)
         shapes = [(x.shape[0], x.shape[1])]
         sizes = torch.as_tensor(shapes, dtype=torch.long, device=x.device)
-        rows = x.shape[0] + 1
-        sizes[0, 0] = rows  # host int into a device tensor: capture needs the rewrite
+        sizes[0, 0] = x.shape[0] + 1
+        sizes = sizes + torch._shape_as_tensor(x).to(x.device)
         h = torch.relu(self.norm(self.lin(x))) * scale
+        h = h[torch.arange(x.shape[0] - 1, -1, -1)]  # rows reversed by a host index
         for e in (extra.values() if isinstance(extra, dict) else extra or ()):
             h = h + e
         return {"y": self.out(h), "sizes": sizes, "n": 2}
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1  # host data that changes from call to call: no replay can serve it
+        return x + torch.as_tensor([self.calls], dtype=x.dtype, device=x.device)
 
 
 class Syncing(nn.Module):
@@ -91,21 +104,10 @@ def test_bad_options_block_the_group_naming_them(host, options, message):
     assert message in str(report.group("host.cuda_graph").to_dict())
 
 
-def test_the_forward_is_rewritten_for_capture_and_equal_outside_it(host):
+def test_the_wrapper_keeps_the_original_forward(host):
     original = vars(host.Net)["forward"]
     wrapped = cuda_graph.cuda_graph_wrapper(original, {})
     assert wrapped.__wrapped__ is original and wrapped.__name__ == "forward"
-    rewritten = graph_safe.rewrite(original, long_tensor=graph_safe.long_tensor,
-                                   set_item=graph_safe.set_item)
-    net, x = host.Net().eval(), torch.randn(4, 6)
-    assert torch.equal(rewritten(net, x)["sizes"], torch.tensor([[5, 6]]))
-    stored = {}
-    graph_safe.set_item(stored, "k", 3)  # not a tensor: the plain statement
-    assert stored == {"k": 3}
-    for values in ([(5, 4), (2, 3)], [[7]], [], 3):
-        want = torch.as_tensor(values, dtype=torch.long)
-        got = graph_safe.long_tensor(values, "cpu")
-        assert got.dtype == torch.long and torch.equal(got, want)
 
 
 @pytest.mark.parametrize("call, reason", [
@@ -283,4 +285,19 @@ def test_a_forward_capture_cannot_take_runs_eagerly_naming_the_error(host):
             got = net(x)
         failed = cuda_graph.stats(net)["."]["failed"]
     assert torch.equal(got, want) and len(failed) == 1
+    assert "tpa_cuda_graph_host.py:" in failed[0]  # the model's line that synchronized
     assert torch.equal(net(x), want)  # the device is usable after the failed capture
+
+
+@cuda
+def test_host_data_that_changes_between_calls_keeps_the_call_eager(host):
+    net = host.Counting().cuda()
+    x = torch.zeros(2, device="cuda")
+    with _applied("Counting"):
+        with pytest.warns(RuntimeWarning, match="capture failed: TransferMismatch: "):
+            got = net(x)
+        assert torch.equal(net(x), x + net.calls)  # eager again: the signature is marked
+        failed = cuda_graph.stats(net)["."]["failed"]
+    assert torch.equal(got, x + net.calls - 1)
+    assert "with other values than while warming up" in failed[0]
+    assert "tpa_cuda_graph_host.py:" in failed[0]

@@ -35,7 +35,9 @@ would freeze the weights into the graph).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import threading
 import time
 import warnings
@@ -43,7 +45,6 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import graph_safe
 
 DEFAULTS: Mapping[str, Any] = {"max_graphs": 4, "warmup": 3}
 _PLAIN = (type(None), bool, int, float, str)
@@ -73,15 +74,10 @@ def capture_group(group_id: str, target: str, depends_on: tuple[str, ...]):
 def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
     """Wrap factory: ``original`` (a module's ``forward``) captured and replayed as CUDA graphs.
 
-    Host-to-device copies of host ints in ``original`` (Deformable DETR's and RT-DETR's spatial
-    shapes) are rewritten first so that capture can take them (:mod:`graph_safe`); a forward
-    without them is used as it is."""
+    Host data the forward sends to the device (spatial shapes, host index tensors) is served to
+    the capture from device copies made while warming up (:mod:`host_transfers`)."""
     opts = _options(options)
-    try:
-        forward = graph_safe.rewrite(original, long_tensor=graph_safe.long_tensor,
-                                     set_item=graph_safe.set_item)
-    except graph_safe.NotRewritable:
-        forward = original
+    forward = original
     states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     lock = threading.Lock()
 
@@ -157,7 +153,7 @@ class _ModuleGraphs:
         try:
             graph = _Graph(self.forward, module, args, kwargs, self.options["warmup"])
         except Exception as e:  # noqa: BLE001 - any failure means: this signature runs eagerly
-            graph = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            graph = _failure(e)
         self.graphs[key] = graph
         return graph
 
@@ -221,6 +217,8 @@ class _Graph:
     def __init__(self, forward, module, args, kwargs, warmup: int):
         import torch
 
+        from .host_transfers import HostTransfers
+
         start = time.perf_counter()
         given = _tensor_args(args, kwargs)
         device = next(t.device for t in given if t.device.type == "cuda")
@@ -237,11 +235,13 @@ class _Graph:
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         buffers = [b.detach().clone() for b in module.buffers()]
+        self.transfers = HostTransfers(device)
         with _uncached_autocast(), torch.cuda.stream(stream):
-            for _ in range(warmup):  # lazy initialization (cuDNN, cuBLAS) outside the capture
-                outputs = _tensors(_flatten(run())[0])
-                if wants_grad:
-                    _grad(outputs, [*self.inputs, *params])
+            for i in range(warmup):  # lazy initialization (cuDNN, cuBLAS) outside the capture
+                with self.transfers.recording() if i == warmup - 1 else contextlib.nullcontext():
+                    outputs = _tensors(_flatten(run())[0])
+                    if wants_grad:
+                        _grad(outputs, [*self.inputs, *params])
                 del outputs
         torch.cuda.synchronize(device)
         with torch.no_grad():  # the warm-up ran the forward: undo what it did to the buffers
@@ -250,21 +250,26 @@ class _Graph:
         del buffers
         self.pool = torch.cuda.graph_pool_handle()
         self.forward_graph = torch.cuda.CUDAGraph()
-        with _uncached_autocast(), torch.cuda.graph(self.forward_graph, pool=self.pool,
-                                                    stream=stream):
-            out = run()
-        self.leaves, self.spec = _flatten(out)
-        self.outputs = _tensors(self.leaves)
-        self.differentiable = [i for i, t in enumerate(self.outputs) if t.requires_grad]
         self.backward_graph = None
-        if wants_grad and self.differentiable:
-            self.params = params
-            self.grad_outputs = [torch.zeros_like(self.outputs[i]) for i in self.differentiable]
-            self.backward_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.backward_graph, pool=self.pool, stream=stream):
-                grads = _grad([self.outputs[i] for i in self.differentiable],
-                              [*self.inputs, *params], self.grad_outputs)
-            self.grads = [g.detach() if g is not None else None for g in grads]
+        with self.transfers.serving():
+            with _uncached_autocast(), torch.cuda.graph(self.forward_graph, pool=self.pool,
+                                                        stream=stream):
+                out = run()
+            self.leaves, self.spec = _flatten(out)
+            self.outputs = _tensors(self.leaves)
+            self.differentiable = [i for i, t in enumerate(self.outputs) if t.requires_grad]
+            if wants_grad and self.differentiable:
+                self.params = params
+                self.grad_outputs = [torch.zeros_like(self.outputs[i])
+                                     for i in self.differentiable]
+                self.backward_graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.backward_graph, pool=self.pool, stream=stream):
+                    grads = _grad([self.outputs[i] for i in self.differentiable],
+                                  [*self.inputs, *params], self.grad_outputs)
+                self.grads = [g.detach() if g is not None else None for g in grads]
+        # Tensors the module caches in plain attributes (Ultralytics' anchors) are read by the
+        # graph where they were at capture: kept alive with it, should the module drop them.
+        self.attributes = _attribute_tensors(module)
         # Keep the outputs, not the autograd graph of the capture behind them: its nodes were
         # made on the capture stream (replays' gradients would then cross streams).
         self.outputs = [t.detach() for t in self.outputs]
@@ -346,6 +351,33 @@ def _replay_function():
     return Replay
 
 
+def _attribute_tensors(module) -> list:
+    """The tensors held in plain attributes of ``module`` and its submodules."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [t for m in module.modules() for name, value in vars(m).items()
+            if name not in ("_parameters", "_buffers", "_modules")
+            for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _failure(error: BaseException) -> str:
+    """Why a capture failed: the error's first line, and where in the model's code it arose."""
+    import traceback
+
+    import torch
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith(skip)]
+    where = ""
+    if frames:
+        name = frames[-1].filename
+        name = name.split("site-packages" + os.sep)[-1]
+        where = f" (at {name}:{frames[-1].lineno})"
+    return f"capture failed: {type(error).__name__}: {str(error).splitlines()[0][:300]}{where}"
+
+
 def _tensor_args(args, kwargs) -> list:
     """The tensor arguments in a fixed order: positional, then keywords sorted by name."""
     return [v for v in (*args, *(kwargs[k] for k in sorted(kwargs))) if _is_tensor(v)]
@@ -397,8 +429,6 @@ def _grad(outputs, surface, grad_outputs=None):
 
 
 def _uncached_autocast():
-    import contextlib
-
     import torch
 
     if not torch.is_autocast_enabled("cuda"):

@@ -16,12 +16,6 @@ stock ones bit for bit, finite or not; the clamp is computed either way (one mor
 pass). Nothing else of the release's code changes, so no fingerprint table is needed: the
 statement must match the pattern exactly (names included), and a forward that does not contain it
 once, has decorators or closure cells, is blocked by :func:`check` with the reason.
-
-Two more rules serve CUDA-graph capture (``cuda_graph.py``), where a copy from pageable host
-memory is forbidden: ``torch.as_tensor(values, dtype=torch.long, device=d)`` built from host ints
-(Deformable DETR's spatial shapes) becomes ``long_tensor(values, d)``, and ``t[i] = name`` (RT-DETR
-writes its spatial shapes element by element) ``set_item(t, i, name)``: the same statement outside
-capture; under capture a Python number goes to the device by a fill kernel, the same value.
 """
 
 from __future__ import annotations
@@ -45,8 +39,6 @@ PATTERNS = (
     "if torch.isinf({x}).any() or torch.isnan({x}).any():" + _CLAMP,
 )
 _CLAMP_HELPER = "_turbo_physai_finite_clamp"
-_LONG_HELPER = "_turbo_physai_long_tensor"
-_SET_HELPER = "_turbo_physai_set_item"
 
 
 class NotRewritable(ValueError):
@@ -67,65 +59,23 @@ def _guard_name(node: ast.AST) -> str | None:
     return None
 
 
-def _is_long_tensor_call(node: ast.AST) -> bool:
-    """``torch.as_tensor(<one argument>, dtype=torch.long | torch.int64, device=<expr>)``."""
-    if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.as_tensor"
-            and len(node.args) == 1):
-        return False
-    keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
-    return set(keywords) == {"dtype", "device"} and keywords["dtype"] in ("torch.long",
-                                                                          "torch.int64")
-
-
-def _is_name_store(node: ast.AST) -> bool:
-    """``name[index] = other_name``, the index free of slices."""
-    return (isinstance(node, ast.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Subscript)
-            and isinstance(node.targets[0].value, ast.Name) and isinstance(node.value, ast.Name)
-            and not any(isinstance(n, ast.Slice) for n in ast.walk(node.targets[0].slice)))
-
-
 class _Rewrite(ast.NodeTransformer):
-    def __init__(self, clamp: bool, long_tensor: bool, set_item: bool = False):
-        self.clamp, self.long_tensor, self.set_item = clamp, long_tensor, set_item
+    def __init__(self):
         self.count = 0
 
-    def visit_Assign(self, node: ast.Assign) -> ast.AST:
-        node = self.generic_visit(node)
-        if not (self.set_item and _is_name_store(node)):
-            return node
-        self.count += 1
-        target = node.targets[0]
-        call = ast.Call(ast.Name(_SET_HELPER, ast.Load()),
-                        [ast.Name(target.value.id, ast.Load()), target.slice, node.value], [])
-        return ast.copy_location(ast.Expr(call), node)
-
     def visit_If(self, node: ast.If) -> ast.AST:
-        name = _guard_name(node) if self.clamp else None
+        name = _guard_name(node)
         if name is None:
             return self.generic_visit(node)
         self.count += 1
         new = ast.parse(f"{name} = {_CLAMP_HELPER}({name})").body[0]
         return ast.copy_location(new, node)
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        node = self.generic_visit(node)
-        if not (self.long_tensor and _is_long_tensor_call(node)):
-            return node
-        self.count += 1
-        device = next(k.value for k in node.keywords if k.arg == "device")
-        new = ast.Call(ast.Name(_LONG_HELPER, ast.Load()), [node.args[0], device], [])
-        return ast.copy_location(new, node)
 
-
-def rewrite(function: Callable[..., Any], finite_clamp: Callable[[Any], Any] | None = None,
-            long_tensor: Callable[[Any, Any], Any] | None = None,
-            set_item: Callable[[Any, Any, Any], None] | None = None, *,
+def rewrite(function: Callable[..., Any], finite_clamp: Callable[[Any], Any], *,
             wrapped: bool = False) -> Callable[..., Any]:
-    """``function`` recompiled with each guard replaced by ``x = finite_clamp(x)``, each
-    host-list ``torch.as_tensor`` by ``long_tensor(values, device)`` and each ``t[i] = name`` by
-    ``set_item(t, i, name)`` (the rules whose helper is given), in its module's globals (the
-    helpers reach it through closure cells, not globals). A wrapper that closes over the function
+    """``function`` recompiled with each guard replaced by ``x = finite_clamp(x)``, in its
+    module's globals (the helper reaches it through a closure cell, not globals). A wrapper that closes over the function
     it wraps (``functools.wraps``; transformers 5.x wraps every layer's ``forward`` for gradient
     checkpointing) is rebuilt around the rewritten one, its own code unchanged; the decorators in
     the source of the function it wraps (``wrapped``) are what made that wrapper, and are not
@@ -137,8 +87,7 @@ def rewrite(function: Callable[..., Any], finite_clamp: Callable[[Any], Any] | N
         raise NotRewritable(f"{function!r} is not a Python function")
     inner = getattr(function, "__wrapped__", None)
     if code.co_freevars and inner is not None:
-        return _rewrap(function, inner, rewrite(inner, finite_clamp, long_tensor, set_item,
-                                                        wrapped=True))
+        return _rewrap(function, inner, rewrite(inner, finite_clamp, wrapped=True))
     if code.co_freevars:
         raise NotRewritable(f"{function.__qualname__} has closure cells {code.co_freevars}")
     try:
@@ -149,25 +98,19 @@ def rewrite(function: Callable[..., Any], finite_clamp: Callable[[Any], Any] | N
     if not isinstance(node, ast.FunctionDef) or (node.decorator_list and not wrapped):
         raise NotRewritable(f"{function.__qualname__} is decorated or not a plain def")
     node.decorator_list = []
-    transformer = _Rewrite(finite_clamp is not None, long_tensor is not None,
-                           set_item is not None)
+    transformer = _Rewrite()
     transformer.visit(node)
     if transformer.count == 0:
-        what = [w for w, helper in (("finite check", finite_clamp),
-                                    ("host-list torch.as_tensor", long_tensor),
-                                    ("indexed store", set_item)) if helper]
-        raise NotRewritable(f"{function.__qualname__} has no {' or '.join(what)} in a known form")
-    # def make(helpers): <the forward>; return it. Line numbers stay the original file's.
-    maker = ast.parse(f"def _make({_CLAMP_HELPER}, {_LONG_HELPER}, {_SET_HELPER}):\n    pass"
-                      ).body[0]
+        raise NotRewritable(f"{function.__qualname__} has no finite check in a known form")
+    # def make(helper): <the forward>; return it. Line numbers stay the original file's.
+    maker = ast.parse(f"def _make({_CLAMP_HELPER}):\n    pass").body[0]
     maker.body = [node, ast.Return(ast.Name(node.name, ast.Load()))]
     module = ast.Module([maker], type_ignores=[])
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, code.co_firstlineno - node.lineno)
     compiled = compile(module, code.co_filename, "exec")
     make_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    rewritten = types.FunctionType(make_code, function.__globals__)(finite_clamp, long_tensor,
-                                                                     set_item)
+    rewritten = types.FunctionType(make_code, function.__globals__)(finite_clamp)
     return _like(rewritten, function)
 
 
@@ -240,26 +183,3 @@ def check(context) -> CompatibilityResult:
             return CompatibilityResult(False, expected, str(e), f"{target.path}: {e}")
     return CompatibilityResult(True, expected, "found", "the finite check is rewritable")
 
-
-def long_tensor(values, device):
-    """``torch.as_tensor(values, dtype=torch.long, device=device)``, also under CUDA-graph capture
-    (the ``long_tensor`` rule's helper)."""
-    import torch
-
-    from ...ops._graphs import device_ints
-
-    device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return device_ints(values, device)
-    return torch.as_tensor(values, dtype=torch.long, device=device)
-
-
-def set_item(target, index, value) -> None:
-    """``target[index] = value``, also under CUDA-graph capture (the ``set_item`` rule's helper)."""
-    import torch
-
-    if (isinstance(target, torch.Tensor) and isinstance(value, (int, float, bool))
-            and target.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        target[index].fill_(value)
-    else:
-        target[index] = value

@@ -1,0 +1,171 @@
+"""Host data that a captured forward sends to the device, served from device copies made while
+warming up (``cuda_graph.py``; issue 27).
+
+A CUDA graph cannot capture a copy from pageable host memory (it synchronizes), and model code
+makes such copies on its host-side arithmetic: Ultralytics' RT-DETR indexes with a host
+``torch.arange``, RF-DETR moves ``torch._shape_as_tensor`` to the device, transformers builds
+spatial shapes with ``torch.as_tensor(list, device=...)`` or writes them element by element.
+Their values come from host state alone (no device data can reach the host without a
+synchronization, which capture forbids too), so within one call signature they are the same on
+every call.
+
+:class:`HostTransfers` watches the forward twice. While :meth:`~HostTransfers.recording` (the
+last warm-up, eager), every host tensor an operation hands to the device is copied there
+explicitly, and the operation runs on that copy; host and device copies are kept in order.
+While :meth:`~HostTransfers.serving` (the capture), the n-th such tensor must equal the n-th
+recorded one (shape, dtype, bits) and the operation reads the recorded device copy, which the
+graph then reads on every replay: the object keeps it alive as long as the graph. A difference
+in count or value raises :class:`TransferMismatch` (the capture fails; the signature runs
+eagerly, saying why) instead of freezing a value that changes.
+
+What counts as a transfer: a host tensor of one or more dimensions among the arguments of an
+operation that involves the device (a device tensor among its arguments, or ``device=`` the
+device), and any host tensor copied to the device (``_to_copy``, ``copy_``; 0-dim ones too,
+where other operations read host scalars as kernel arguments). ``torch.tensor``,
+``torch.as_tensor`` and ``torch.asarray`` of host data with ``device=`` the device build on the
+host first, then copy: the copy is then seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import torch
+import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_COPIES = {"aten._to_copy.default", "aten.copy_.default", "aten.copy.default"}
+_FACTORIES = {torch.tensor, torch.as_tensor, torch.asarray}
+
+
+class TransferMismatch(RuntimeError):
+    """The host data sent to the device differs between the recording and the capture."""
+
+
+class HostTransfers:
+    """The host tensors one forward sends to ``device``, recorded once and served to a capture."""
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.host: list[torch.Tensor] = []
+        self.on_device: list[torch.Tensor] = []
+        self._serving = False
+        self._next = 0
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Run the forward eagerly, recording (and explicitly copying) its transfers."""
+        self.host, self.on_device, self._serving = [], [], False
+        with _Factories(self), _Dispatch(self):
+            yield self
+
+    @contextlib.contextmanager
+    def serving(self):
+        """Run the forward (under capture) with its transfers served from the recording."""
+        self._serving, self._next = True, 0
+        try:
+            with _Factories(self), _Dispatch(self):
+                yield self
+            if self._next != len(self.host):
+                raise TransferMismatch(
+                    f"the forward sent {self._next} host tensors to {self.device} under capture, "
+                    f"{len(self.host)} while warming up: its host code took another path")
+        finally:
+            self._serving = False
+
+    def _on_device(self, host: torch.Tensor, op: str) -> torch.Tensor:
+        if not self._serving:
+            self.host.append(host.clone())
+            self.on_device.append(host.to(self.device))
+            return self.on_device[-1]
+        n = self._next
+        if n >= len(self.host):
+            raise TransferMismatch(
+                f"{op} sent host tensor #{n} to {self.device} under capture; warming up sent "
+                f"{len(self.host)}: its host code took another path")
+        if not _same(self.host[n], host):
+            raise TransferMismatch(
+                f"{op} sent host tensor #{n} {tuple(host.shape)} {host.dtype} to {self.device} "
+                f"with other values than while warming up: host data that changes from call to "
+                f"call cannot be replayed")
+        self._next += 1
+        return self.on_device[n]
+
+    def _involves_device(self, args, kwargs) -> bool:
+        if _is_device(kwargs.get("device"), self.device):
+            return True
+        return any(isinstance(t, torch.Tensor) and _is_device(t.device, self.device)
+                   for t in pytree.tree_leaves((args, kwargs)))
+
+
+def _is_device(device, target: torch.device) -> bool:
+    if device is None:
+        return False
+    device = torch.device(device)
+    return device.type == target.type and (device.index is None or target.index is None
+                                           or device.index == target.index)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values (NaN equal to NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return bool(((a == b) | (a != a) & (b != b)).all()) if a.is_floating_point() else False
+
+
+class _Dispatch(TorchDispatchMode):
+    def __init__(self, transfers: HostTransfers):
+        super().__init__()
+        self.transfers = transfers
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        transfers = self.transfers
+        if transfers._involves_device(args, kwargs) and not _writes_host(func, args, kwargs):
+            op = str(func)
+            copy = op in _COPIES
+
+            def moved(value):
+                if isinstance(value, torch.Tensor) and value.device.type == "cpu" \
+                        and (copy or value.dim() > 0):
+                    return transfers._on_device(value, op)
+                return value
+
+            args, kwargs = pytree.tree_map(moved, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _writes_host(func, args, kwargs) -> bool:
+    """Whether ``func`` writes into a host tensor (a copy to the host, say): left as it is, never
+    redirected to a device copy (capture then fails with torch's own error)."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
+                   for t in pytree.tree_leaves(value)):
+                return True
+    return False
+
+
+class _Factories(TorchFunctionMode):
+    """``torch.tensor(data, device=<the device>)`` and its kin: built on the host, then copied
+    (the copy inside the factory is invisible to a dispatch mode)."""
+
+    def __init__(self, transfers: HostTransfers):
+        super().__init__()
+        self.transfers = transfers
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in _FACTORIES:
+            data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+            on_device = isinstance(data, torch.Tensor) and data.device.type != "cpu"
+            if _is_device(kwargs.get("device"), self.transfers.device) and not on_device \
+                    and not kwargs.get("requires_grad", False):
+                device = kwargs.pop("device")
+                host = func(*args, **kwargs, device="cpu")
+                return host.to(device)
+        return func(*args, **kwargs)
+
