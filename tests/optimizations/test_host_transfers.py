@@ -66,7 +66,6 @@ def test_other_values_under_capture_raise_naming_the_tensor():
 
 
 def test_more_or_fewer_transfers_under_capture_raise():
-    x = torch.empty(4, 3, device=META)
     transfers = HostTransfers(META)
     with transfers.recording():
         torch.as_tensor([1], device=META)

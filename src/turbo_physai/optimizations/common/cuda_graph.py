@@ -7,7 +7,10 @@ Where gradients are wanted it captures the backward too, as ``torch.cuda.make_gr
 does, behind an autograd function whose backward replays it; the parameters' gradients reach
 them as usual, so the loss (Hungarian matching on the host included) and the optimizer stay the
 caller's, eager. The kernels replayed are the eager ones: outputs, losses and gradients are the
-eager model's bit for bit where the same kernels run (dropout draws other random numbers).
+eager model's bit for bit where the same kernels run (dropout draws other random numbers). An
+output gradient reaches the backward graph copied into a dense buffer; eager PyTorch runs a
+matmul's backward on the expanded gradient of a plain ``y.sum()`` with other rounding (one ulp
+of a weight gradient, measured on the H200), so there the gradients agree to that ulp.
 
 The signature of a call: each tensor argument's shape, strides, dtype, device and
 ``requires_grad``; every other argument's value (None, bool, int, float, str only); grad mode;
@@ -44,7 +47,6 @@ import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
-
 
 DEFAULTS: Mapping[str, Any] = {"max_graphs": 4, "warmup": 3}
 _PLAIN = (type(None), bool, int, float, str)
@@ -94,15 +96,22 @@ def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any])
 
 
 def stats(model) -> dict[str, Any]:
-    """What the captured forwards of ``model`` and its submodules did: per module path, the
-    graphs captured (signature summary, kind, seconds), replays, and eager calls by reason."""
+    """What the captured methods (``forward``, Ultralytics' ``predict``) of ``model`` and its
+    submodules did: per module path, the graphs captured (signature summary, kind, seconds),
+    replays, and eager calls by reason."""
     found = {}
     for name, module in model.named_modules():
-        forward = getattr(type(module), "forward", None)
-        states = getattr(forward, "_turbo_physai_graph_states", None)
-        if states is not None and module in states:
-            found[name or "."] = states[module].stats()
+        for method in _captured_methods(type(module)):
+            states = method._turbo_physai_graph_states
+            if module in states:
+                found[name or "."] = states[module].stats()
     return found
+
+
+def _captured_methods(cls) -> list:
+    """The methods of ``cls`` (its bases' included) that :func:`cuda_graph_wrapper` made."""
+    return [value for c in cls.__mro__ for value in vars(c).values()
+            if hasattr(value, "_turbo_physai_graph_states")]
 
 
 class _ModuleGraphs:
@@ -159,8 +168,9 @@ class _ModuleGraphs:
 
     def _eager(self, why, module, args, kwargs):
         if why not in self.eager:
-            warnings.warn(f"turbo_physai cuda_graph: {type(module).__qualname__}.forward runs "
-                          f"eagerly: {why}", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"turbo_physai cuda_graph: {type(module).__qualname__}."
+                          f"{self.forward.__name__} runs eagerly: {why}", RuntimeWarning,
+                          stacklevel=4)
         self.eager[why] = self.eager.get(why, 0) + 1
         return self.forward(module, *args, **kwargs)
 
@@ -362,19 +372,27 @@ def _attribute_tensors(module) -> list:
 
 
 def _failure(error: BaseException) -> str:
-    """Why a capture failed: the error's first line, and where in the model's code it arose."""
+    """Why a capture failed: the first error of the chain that arose in the model's code (a
+    failed capture raises again on leaving it, "operation failed due to a previous error"), its
+    first line, and that line of the model."""
     import traceback
 
     import torch
 
     skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith(skip)]
-    where = ""
-    if frames:
-        name = frames[-1].filename
-        name = name.split("site-packages" + os.sep)[-1]
-        where = f" (at {name}:{frames[-1].lineno})"
+    chain = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    for error in reversed(chain):  # the first raised comes last
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith(skip)]
+        if frames:
+            name = frames[-1].filename.split("site-packages" + os.sep)[-1]
+            where = f" (at {name}:{frames[-1].lineno})"
+            break
+    else:
+        error, where = chain[0], ""
     return f"capture failed: {type(error).__name__}: {str(error).splitlines()[0][:300]}{where}"
 
 

@@ -75,12 +75,12 @@ class _Rewrite(ast.NodeTransformer):
 def rewrite(function: Callable[..., Any], finite_clamp: Callable[[Any], Any], *,
             wrapped: bool = False) -> Callable[..., Any]:
     """``function`` recompiled with each guard replaced by ``x = finite_clamp(x)``, in its
-    module's globals (the helper reaches it through a closure cell, not globals). A wrapper that closes over the function
-    it wraps (``functools.wraps``; transformers 5.x wraps every layer's ``forward`` for gradient
-    checkpointing) is rebuilt around the rewritten one, its own code unchanged; the decorators in
-    the source of the function it wraps (``wrapped``) are what made that wrapper, and are not
-    applied again. Raises :class:`NotRewritable` naming what stops it, also where nothing
-    matched."""
+    module's globals (the helper reaches it through a closure cell, not globals). A wrapper
+    that closes over the function it wraps (``functools.wraps``; transformers 5.x wraps every
+    layer's ``forward`` for gradient checkpointing) is rebuilt around the rewritten one, its own
+    code unchanged; the decorators in the source of the function it wraps (``wrapped``) are what
+    made that wrapper, and are not applied again. Raises :class:`NotRewritable` naming what
+    stops it, also where nothing matched."""
     function = unwrap_descriptor(function)
     code = getattr(function, "__code__", None)
     if code is None:

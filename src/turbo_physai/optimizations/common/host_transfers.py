@@ -29,6 +29,7 @@ host first, then copy: the copy is then seen.
 from __future__ import annotations
 
 import contextlib
+
 import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
