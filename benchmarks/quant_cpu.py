@@ -1,6 +1,6 @@
 """LibreYOLO's quantization slots on the CPU: turbo_physai's kernels vs LibreYOLO's references.
 
-    PYTHONPATH=src python benchmarks/quant_cpu.py [--threads 2] [--repeat 7]
+    PYTHONPATH=src python benchmarks/quant_cpu.py [--threads 2] [--repeat 7] [--only TEXT]
 
 Same run, same inputs, interleaved: each slot at the sizes a LibreYOLO QAT or finalized model
 calls it with, a forward without autograd and (for the simulate slots) a training step (forward
@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--name", default="quant_cpu",
                         help="results file: benchmarks/results/<name>.json")
+    parser.add_argument("--only", default="",
+                        help="the cases whose label contains this text (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     refs = references()
@@ -55,7 +57,7 @@ def main() -> None:
     load = os.getloadavg()
     print(f"{'case':48s} {'mode':10s} {'wall ms: reference  ours':>26s} | "
           f"{'CPU ms: reference  ours':>25s} | bits differ")
-    for case in CASES:
+    for case in (c for c in CASES if args.only in c.label):
         gen = torch.Generator().manual_seed(0)
         inputs = case.make(gen, "cpu")
         ours, theirs = getattr(quant, case.slot), refs[case.slot]
@@ -77,7 +79,8 @@ def main() -> None:
                   f"{r['turbo_physai_cpu_ms']:7.2f} {r['cpu_time_speedup']:5.1f}x | {diff}",
                   flush=True)
     save(args.name, rows, f"PYTHONPATH=src python benchmarks/quant_cpu.py --threads "
-         f"{args.threads} --repeat {args.repeat} --name {args.name}",
+         f"{args.threads} --repeat {args.repeat} --name {args.name}"
+         + (f" --only '{args.only}'" if args.only else ""),
          {**environment("cpu"), "load_average_1m_start": load[0],
           "load_average_1m_end": os.getloadavg()[0]})
 

@@ -149,3 +149,40 @@ TEST(QuantKernels, ThreadCountDoesNotChangeBits) {
     EXPECT_TRUE(same_bits(run(1), run(2)));
     EXPECT_TRUE(same_bits(run(1), run(0)));
 }
+
+TEST(FakeQuantIntGrouped, CodesAreThoseOfTheQuotientNearTies) {
+    // Each code is round-half-even of w / s (torch's division, not a product with 1 / s) on
+    // hard scales (all-ones mantissas, powers of two, random) and on weights at and next to
+    // the ties of the rounding, across 2^-40..2^6 of the scale.
+    std::mt19937 gen(7);
+    std::uniform_int_distribution<std::uint32_t> mantissa(0, (1u << 23) - 1), exponent(107, 147);
+    std::uniform_int_distribution<int> code(-64, 64), offset(-2, 2), magnitude(-40, 6);
+    const std::int64_t rows = 256, cols = 256, group = 128, groups = cols / group;
+    std::vector<float> w(rows * cols), scale(rows * groups), out(w.size());
+    for (std::size_t i = 0; i < scale.size(); ++i) {
+        const std::uint32_t m = i % 3 == 0 ? (1u << 23) - 1 : i % 3 == 1 ? 0 : mantissa(gen);
+        const std::uint32_t bits = exponent(gen) << 23 | m;
+        std::memcpy(&scale[i], &bits, sizeof bits);
+    }
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        const float s = scale[i / group];
+        float v = i % 2 ? (code(gen) + 0.5f) * s  // a tie of the rounding, and its neighbours
+                        : std::ldexp(1.0f + mantissa(gen) * 0x1p-23f, magnitude(gen)) * s;
+        for (int k = offset(gen); k != 0; k += k > 0 ? -1 : 1)
+            v = std::nextafter(v, k > 0 ? kInf : -kInf);
+        w[i] = gen() % 2 ? -v : v;
+    }
+    tk::IntGroupedArgs a{w.data(), out.data(), scale.data(), groups, 1, rows, cols, cols, group,
+                         16};
+    tk::fake_quant_int_grouped_cpu(a, 2);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        const float s = scale[i / group];
+        volatile float quotient = w[i] / s;
+        volatile float product = std::fmin(std::fmax(std::nearbyint(quotient), -32768.0f),
+                                           32767.0f) * s;
+        volatile float step = product - w[i];
+        const float want = w[i] + step;
+        ASSERT_EQ(std::memcmp(&out[i], &want, sizeof want), 0)
+            << "w=" << w[i] << " s=" << s << " got " << out[i] << " want " << want;
+    }
+}
