@@ -1,7 +1,8 @@
 """benchmarks/e2e_libreyolo.py: LibreYOLO's own DETR models, stock vs ``turbo_physai.libreyolo``.
 
     PYTHONPATH=src python benchmarks/e2e_libreyolo.py [--models rtdetr,lwdetr,deformable_detr]
-        [--batch 8] [--reps 10] [--compile MODE [--compile-backend NAME]] [--json PATH]
+        [--batch 8] [--reps 10] [--compile MODE [--compile-backend NAME]] [--cuda-graph]
+        [--json PATH]
     PYTHONPATH=src python benchmarks/e2e_libreyolo.py --quick     # CPU, tiny: checks it runs
 
 Models from LibreYOLO's own constructors and size tables, random weights, nothing downloaded:
@@ -20,7 +21,9 @@ each side's slot resolved to, and the largest output difference in eval mode.
 ``--compile MODE`` adds both sides under ``torch.compile(model, mode=MODE)``: LibreYOLO switches
 its slot off while compiling (grid_sample in the graph); our family groups keep our op there.
 ``--compile-backend aot_eager`` traces without code generation (MODE ignored): with ``--quick``,
-a check here that the compiled variant runs.
+a check here that the compiled variant runs. ``--cuda-graph`` adds each model's
+``libreyolo.<model>.cuda_graph`` group to "ours" (forward and training step replayed as CUDA
+graphs).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import libreyolo
 import libreyolo.kernels as registry
 import torch
 from e2e_deformable_detr import first_call_s, times_ms  # one timing loop for the e2e scripts
+from e2e_hosts import ours_config
 
 import turbo_physai
 
@@ -115,14 +119,14 @@ def max_diff(a, b) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
-def compare(model, start_state, pixels, args, prefix, compile_options):
+def compare(model, start_state, pixels, args, prefix, compile_options, config):
     row = {}
     torch._dynamo.reset()
     row[f"{prefix}stock"], stock_out = measure(
         model, start_state, pixels, args.device, args.reps, compile_options
     )
     torch._dynamo.reset()
-    with turbo_physai.applied(CONFIG, strict=True):
+    with turbo_physai.applied(config, strict=True):
         row[f"{prefix}ours"], ours_out = measure(
             model, start_state, pixels, args.device, args.reps, compile_options
         )
@@ -140,7 +144,9 @@ def run_model(name, args):
     gen = torch.Generator().manual_seed(1)
     pixels = torch.randn(args.batch, 3, size, size, generator=gen).to(args.device)
     start_state = copy.deepcopy(model.state_dict())
-    row = {"shape": list(pixels.shape)}
+    graphs = (f"libreyolo.{name}.cuda_graph",) if args.cuda_graph else ()
+    config = ours_config(CONFIG, graphs)
+    row = {"shape": list(pixels.shape), "config": " + ".join((CONFIG, *graphs))}
     variants = [("", None)]
     if args.compile:
         options = {"backend": args.compile_backend}
@@ -150,7 +156,7 @@ def run_model(name, args):
         row["compile_options"] = options
     for prefix, options in variants:
         try:
-            row.update(compare(model, start_state, pixels, args, prefix, options))
+            row.update(compare(model, start_state, pixels, args, prefix, options, config))
         except Exception as error:  # recorded: the model's other figures stay usable
             if not prefix:
                 raise
@@ -203,6 +209,8 @@ def main(argv=None):
         help="also measure both under torch.compile(mode=MODE), e.g. default",
     )
     parser.add_argument("--compile-backend", metavar="NAME", default="inductor")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="ours with each model's libreyolo.<model>.cuda_graph group too")
     parser.add_argument(
         "--quick",
         action="store_true",

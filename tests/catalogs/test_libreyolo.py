@@ -381,9 +381,12 @@ def test_onnx_export_keeps_libreyolos_portable_path(monkeypatch, op_calls):
 
 
 def test_every_group_checks_on_the_installed_release():
-    report = tpa.check("turbo_physai.libreyolo")
+    report = tpa.check(groups=[g.id for g in catalog.GROUPS])
     assert [g.id for g in report.groups] == [g.id for g in catalog.GROUPS]
     assert all(g.decision == "apply" for g in report.groups), str(report)
+    shipped = tpa.check("turbo_physai.libreyolo")
+    assert [g.id for g in shipped.groups] == [
+        g.id for g in (catalog.KERNELS, *catalog.FAMILY_GROUPS)]
 
 
 def test_apply_by_the_shipped_id_and_rollback_restore_every_module():

@@ -3,6 +3,7 @@ nothing downloaded (network blocked, caches empty after): stock against
 ``turbo_physai.libreyolo``, float32, inference and a training step, through our op."""
 
 import socket
+import warnings
 
 import pytest
 
@@ -104,3 +105,58 @@ def test_stock_and_turbo_physai_libreyolo_agree(name, train, offline, op_calls):
         again = _step(model, x, train)
         assert len(op_calls) == calls
         assert all(torch.equal(a, b) for a, b in zip(again[0], stock[0], strict=True))
+
+
+# --- libreyolo.<family>.cuda_graph: the model forward (and backward) replayed as CUDA graphs ---
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+def _without_dropout(model):
+    """Dropout off (a replay draws other random numbers than the eager run it is compared with:
+    docs/catalogs/transformers.md); LW-DETR's stochastic depth too."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "drop_prob", None), float):
+            m.drop_prob = 0.0
+    return model
+
+
+def _runs(model, x, group_id, train, steps):
+    with tpa.applied(groups=[group_id], strict=True):
+        return [_step(model, x, train) for _ in range(steps)]
+
+
+def _same(a, b):
+    return all(torch.equal(p, q) for p, q in zip(a[0] + a[1], b[0] + b[1], strict=True))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cuda_graph_group_on_the_cpu_runs_eagerly_with_the_msda_groups_results(name, train,
+                                                                              op_calls):
+    model, x = _build(name)
+    (want,) = _runs(model, x, f"libreyolo.{name}.msda", train, 1)
+    with pytest.warns(RuntimeWarning, match="forward runs eagerly: no CUDA tensor"):
+        (got,) = _runs(model, x, f"libreyolo.{name}.cuda_graph", train, 1)
+    assert _same(got, want)
+
+
+@cuda
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cuda_graph_replays_equal_the_msda_groups_results(name, train, deterministic):
+    from turbo_physai.optimizations.common import cuda_graph
+
+    model, x = _build(name)
+    model, x = _without_dropout(model).cuda(), x.cuda()
+    (want,) = _runs(model, x, f"libreyolo.{name}.msda", train, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no call runs eagerly
+        with tpa.applied(groups=[f"libreyolo.{name}.cuda_graph"], strict=True):
+            got = [_step(model, x, train) for _ in range(3)]
+            (stats,) = cuda_graph.stats(model).values()
+    assert [g["kind"] for g in stats["graphs"]] == ["forward+backward" if train else "forward"]
+    assert stats["replays"] == 3 and stats["failed"] == []
+    assert all(_same(g, want) for g in got)

@@ -21,11 +21,11 @@ sys.exit(5)
 """
 
 
-def test_check_by_id_lists_every_group_applicable(cli):
+def test_check_by_id_lists_every_shipped_group_applicable(cli):
     done = cli("check", "turbo_physai.libreyolo", "--json")
     assert done.returncode == 0, done.stderr
     groups = json.loads(done.stdout)["groups"]
-    assert [g["id"] for g in groups] == [g.id for g in catalog.GROUPS]
+    assert [g["id"] for g in groups] == [g.id for g in (catalog.KERNELS, *catalog.FAMILY_GROUPS)]
     assert {g["decision"] for g in groups} == {"apply"}
 
 

@@ -7,6 +7,9 @@
 - ``libreyolo.<family>.msda``: the MSDA call sites of RT-DETR, RT-DETRv2, D-FINE, DEIM, LW-DETR,
   RF-DETR and Deformable DETR on our op directly, under ``torch.compile`` and ``torch.export``
   as well (where LibreYOLO switches its slot off).
+- ``libreyolo.<family>.cuda_graph``: the family's model forward captured and replayed as CUDA
+  graphs (``optimizations.common.cuda_graph``), forward and backward; a call with targets (a
+  list of dicts: denoising queries) runs eagerly, saying so. Not in the shipped config.
 
 Validated against libreyolo 1.6 (``optimizations.common.libreyolo.slots.VALIDATED``; every
 group's compatibility_check blocks other releases). Declaring imports nothing; see
@@ -16,6 +19,7 @@ docs/catalogs/libreyolo.md for the groups, what they reach and what they do not.
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, wrap
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("libreyolo",)
@@ -71,4 +75,25 @@ def _family_group(family: str, module: str, names: tuple[str, ...]):
 
 FAMILY_GROUPS = tuple(_family_group(f, m, n) for f, (m, n) in FAMILIES.items())
 
-GROUPS = (KERNELS, *FAMILY_GROUPS)
+#: family -> its model class (under ``libreyolo.models``), whose forward takes the images (and
+#: optional targets) and returns the detections.
+MODELS = {
+    "rtdetr": "rtdetr.nn.RTDETRModel",
+    "rtdetrv2": "rtdetrv2.nn.RTDETRv2Model",
+    "dfine": "dfine.nn.LibreDFINEModel",
+    "deim": "deim.nn.LibreDEIMModel",
+    "lwdetr": "lwdetr.nn.LibreLWDETRModel",
+    "rfdetr": "rfdetr.nn.LibreRFDETRModel",
+    "deformable_detr": "deformable_detr.nn.LibreDeformableDETRModel",
+}
+
+CUDA_GRAPH_GROUPS = tuple(
+    capture_group(
+        f"libreyolo.{family}.cuda_graph",
+        f"libreyolo.models.{model}.forward",
+        depends_on=(f"libreyolo.{family}.msda",),
+    )
+    for family, model in MODELS.items()
+)
+
+GROUPS = (KERNELS, *FAMILY_GROUPS, *CUDA_GRAPH_GROUPS)
