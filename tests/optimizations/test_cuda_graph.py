@@ -58,6 +58,20 @@ class Counting(nn.Module):
         return self(x)
 
 
+class FailsOnItsSecondCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.norm(x)  # running statistics move before the failure
+        if self.calls == 2:
+            raise ValueError("the second call fails")
+        return y
+
+
 class Syncing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -331,3 +345,16 @@ def test_host_data_that_changes_between_calls_keeps_the_call_eager(host):
     assert torch.equal(got, x + net.calls - 1)
     assert "with other values than while warming up" in failed[0]
     assert "tpa_cuda_graph_host.py:" in failed[0]
+
+
+@cuda
+def test_a_warm_up_that_fails_leaves_the_buffers_as_one_eager_call_does(host):
+    net, twin = host.FailsOnItsSecondCall().cuda(), host.FailsOnItsSecondCall().cuda()
+    x = torch.randn(8, 4, device="cuda")
+    want = twin(x)  # one eager call: one update of the running statistics
+    with _applied("FailsOnItsSecondCall.forward"):
+        with pytest.warns(RuntimeWarning, match="capture failed: ValueError: the second call"):
+            got = net(x)  # warm-up 1 runs, warm-up 2 fails, then the eager call
+    assert net.calls == 3 and torch.equal(got, want)
+    assert torch.equal(net.norm.running_mean, twin.norm.running_mean)
+    assert net.norm.num_batches_tracked.item() == 1

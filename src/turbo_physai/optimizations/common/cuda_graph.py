@@ -246,18 +246,21 @@ class _Graph:
         stream.wait_stream(torch.cuda.current_stream(device))
         buffers = [b.detach().clone() for b in module.buffers()]
         self.transfers = HostTransfers(device)
-        with _uncached_autocast(), torch.cuda.stream(stream):
-            for i in range(warmup):  # lazy initialization (cuDNN, cuBLAS) outside the capture
-                with self.transfers.recording() if i == warmup - 1 else contextlib.nullcontext():
-                    outputs = _tensors(_flatten(run())[0])
-                    if wants_grad:
-                        _grad(outputs, [*self.inputs, *params])
-                del outputs
-        torch.cuda.synchronize(device)
-        with torch.no_grad():  # the warm-up ran the forward: undo what it did to the buffers
-            for b, saved in zip(module.buffers(), buffers, strict=True):
-                b.copy_(saved)
-        del buffers
+        try:
+            with _uncached_autocast(), torch.cuda.stream(stream):
+                for i in range(warmup):  # lazy initialization (cuDNN, cuBLAS) before capture
+                    with self.transfers.recording() if i == warmup - 1 \
+                            else contextlib.nullcontext():
+                        outputs = _tensors(_flatten(run())[0])
+                        if wants_grad:
+                            _grad(outputs, [*self.inputs, *params])
+                    del outputs
+            torch.cuda.synchronize(device)
+        finally:  # the warm-up ran the forward: undo what it did to the buffers, failed or not
+            with torch.no_grad():
+                for b, saved in zip(module.buffers(), buffers, strict=True):
+                    b.copy_(saved)
+            del buffers
         self.pool = torch.cuda.graph_pool_handle()
         self.forward_graph = torch.cuda.CUDAGraph()
         self.backward_graph = None
