@@ -58,6 +58,16 @@ class Counting(nn.Module):
         return self(x)
 
 
+class IgnoresTargets(nn.Module):
+    def forward(self, x, targets=None, scale=1.0):  # RF-DETR's LWDETR.forward never reads them
+        return x * scale
+
+
+class ReadsTargets(nn.Module):
+    def forward(self, x, targets=None):
+        return x if targets is None else x * 2
+
+
 class FailsOnItsSecondCall(nn.Module):
     def __init__(self):
         super().__init__()
@@ -171,6 +181,20 @@ def test_a_capture_failure_names_the_first_error_and_the_models_line(host):
     assert reason.startswith("capture failed: RuntimeError: The size of tensor a (5) must match")
     line = HOST.splitlines().index("            h = h + e") + 1
     assert reason.endswith(f"(at {host.__file__}:{line})"), reason
+
+
+def test_targets_the_forward_never_reads_are_left_out_of_the_signature(host):
+    original = vars(host.IgnoresTargets)["forward"]
+    wrapped = cuda_graph.targets_unread_wrapper(original, {})
+    net, x, targets = host.IgnoresTargets(), torch.ones(2), [{"boxes": torch.zeros(1, 4)}]
+    with pytest.warns(RuntimeWarning, match="no CUDA tensor among the arguments"):
+        assert torch.equal(wrapped(net, x, targets, 2.0), x * 2)  # not "argument 1 is a list"
+    assert torch.equal(wrapped(net, x, scale=3.0, targets=targets), x * 3)
+    with pytest.raises(ValueError, match=r"ReadsTargets.forward reads \['targets'\]: its calls "
+                                         "cannot drop them"):
+        cuda_graph.targets_unread_wrapper(vars(host.ReadsTargets)["forward"], {})
+    with pytest.raises(ValueError, match="Net.forward has no parameter 'targets'"):
+        cuda_graph.targets_unread_wrapper(vars(host.Net)["forward"], {})
 
 
 def test_hooks_keep_the_call_eager(host):

@@ -6,7 +6,8 @@ per level; RF-DETR has no compiled kernel) replaced by :func:`turbo_physai.ops.f
 rfdetr_function`, with the two copies its package modules import by name (the one in
 ``modules/ms_deform_attn.py`` is the one ``MSDeformAttn.forward`` calls). Compatibility is by the
 code of the core and of the grid_sample helper it calls (``optimizations/common/rfdetr/msda.py``).
-``rfdetr.cuda_graph``: inference replayed as CUDA graphs. See docs/catalogs/rfdetr.md.
+``rfdetr.cuda_graph``: inference and the training forward/backward replayed as CUDA graphs.
+See docs/catalogs/rfdetr.md.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ MSDA = group(
     compatibility_check="turbo_physai.optimizations.common.rfdetr.msda.check",
 )
 
-# LWDETR.forward captured and replayed as CUDA graphs (optimizations.common.cuda_graph) where
-# it is called with a tensor (inference); training passes a list of targets and runs eagerly,
-# with a RuntimeWarning saying so.
+# LWDETR.forward captured and replayed as CUDA graphs (optimizations.common.cuda_graph), in
+# inference and training: training passes the targets, which the forward never reads (the loss
+# does; checked in its source when the group applies), so they are left out of the capture.
 CUDA_GRAPH = capture_group(
-    "rfdetr.cuda_graph", "rfdetr.models.lwdetr.LWDETR.forward", depends_on=("rfdetr.msda",)
+    "rfdetr.cuda_graph", "rfdetr.models.lwdetr.LWDETR.forward", depends_on=("rfdetr.msda",),
+    targets_unread=True,
 )
 
 GROUPS = (MSDA, CUDA_GRAPH)

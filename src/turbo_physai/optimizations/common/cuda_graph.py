@@ -64,27 +64,43 @@ def _options(options: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def capture_group(group_id: str, target: str, depends_on: tuple[str, ...]):
+def capture_group(group_id: str, target: str, depends_on: tuple[str, ...], *,
+                  targets_unread: bool = False):
     """The catalogs' group that wraps ``target`` (a model's forward) with
-    :func:`cuda_graph_wrapper`, after ``depends_on`` (the model's MSDA group, ...)."""
+    :func:`cuda_graph_wrapper` (:func:`targets_unread_wrapper` with ``targets_unread``), after
+    ``depends_on`` (the model's MSDA group, ...)."""
     from ...engine.declarations import group, wrap
 
-    return group(group_id, wrap(target=target, replacement=f"{__name__}.cuda_graph_wrapper"),
+    factory = "targets_unread_wrapper" if targets_unread else "cuda_graph_wrapper"
+    return group(group_id, wrap(target=target, replacement=f"{__name__}.{factory}"),
                  depends_on=depends_on)
 
 
-def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
+def targets_unread_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
+    """:func:`cuda_graph_wrapper` for a forward that takes ``targets`` and never reads them
+    (RF-DETR's ``LWDETR.forward``: its loss reads them): a training call passing them replays
+    too."""
+    return cuda_graph_wrapper(original, options, unread=("targets",))
+
+
+def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any], *,
+                       unread: tuple[str, ...] = ()):
     """Wrap factory: ``original`` (a module's ``forward``) captured and replayed as CUDA graphs.
 
     Host data the forward sends to the device (spatial shapes, host index tensors) is served to
-    the capture from device copies made while warming up (:mod:`host_transfers`)."""
+    the capture from device copies made while warming up (:mod:`host_transfers`). ``unread``:
+    parameters whose values the forward's code never reads (checked in its source, else
+    ValueError): a call's values for them are dropped before its signature is taken."""
     opts = _options(options)
     forward = original
     states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     lock = threading.Lock()
+    drop = _dropping(original, unread) if unread else None
 
     @functools.wraps(original)
     def captured_forward(self, *args, **kwargs):
+        if drop is not None:
+            args, kwargs = drop(self, args, kwargs)
         state = states.get(self)
         if state is None:
             with lock:
@@ -93,6 +109,38 @@ def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any])
 
     captured_forward._turbo_physai_graph_states = states
     return captured_forward
+
+
+def _dropping(function, names: tuple[str, ...]):
+    """``drop(self, args, kwargs)``: the call's arguments without ``names``, parameters of
+    ``function`` that its code never reads (ValueError naming the one it reads, or the one it
+    lacks)."""
+    import ast
+    import inspect
+
+    from .host_code import tree
+
+    where = getattr(function, "__qualname__", repr(function))
+    signature = inspect.signature(function)
+    for name in names:
+        if name not in signature.parameters:
+            raise ValueError(f"{where} has no parameter {name!r}")
+    node = tree(function)
+    if node is None:
+        raise ValueError(f"the source of {where} cannot be read to check that it never reads "
+                         f"{list(names)}")
+    read = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in names
+                   and isinstance(n.ctx, ast.Load)})
+    if read:
+        raise ValueError(f"{where} reads {read}: its calls cannot drop them")
+
+    def drop(self, args, kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        for name in names:
+            bound.arguments.pop(name, None)
+        return bound.args[1:], bound.kwargs
+
+    return drop
 
 
 def stats(model) -> dict[str, Any]:
