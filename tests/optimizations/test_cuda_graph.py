@@ -190,6 +190,8 @@ def test_targets_the_forward_never_reads_are_left_out_of_the_signature(host):
     with pytest.warns(RuntimeWarning, match="no CUDA tensor among the arguments"):
         assert torch.equal(wrapped(net, x, targets, 2.0), x * 2)  # not "argument 1 is a list"
     assert torch.equal(wrapped(net, x, scale=3.0, targets=targets), x * 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scales'"):
+        wrapped(net, x, scales=3.0)  # the forward's own error, not the wrapper's
     with pytest.raises(ValueError, match=r"ReadsTargets.forward reads \['targets'\]: its calls "
                                          "cannot drop them"):
         cuda_graph.targets_unread_wrapper(vars(host.ReadsTargets)["forward"], {})

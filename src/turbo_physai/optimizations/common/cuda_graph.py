@@ -135,7 +135,10 @@ def _dropping(function, names: tuple[str, ...]):
         raise ValueError(f"{where} reads {read}: its calls cannot drop them")
 
     def drop(self, args, kwargs):
-        bound = signature.bind(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # a bad call: the original raises its own error
+            return args, kwargs
         for name in names:
             bound.arguments.pop(name, None)
         return bound.args[1:], bound.kwargs
