@@ -26,10 +26,12 @@ from turbo_physai.optimizations.common.libreyolo import slots  # noqa: E402
 
 RTOL, ATOL = 1e-9, 1e-11  # float64: the op and grid_sample differ in summation order only
 FAMILY_IDS = [g.id for g in catalog.FAMILY_GROUPS]
+#: (family, call site): a family's MSDA cores, one per module (EC has two)
+SITES = [(f, i) for f, sites in catalog.FAMILIES.items() for i in range(len(sites))]
 
 
-def _module(family):
-    return importlib.import_module(f"libreyolo.models.{catalog.FAMILIES[family][0]}")
+def _module(family, site=0):
+    return importlib.import_module(f"libreyolo.models.{catalog.FAMILIES[family][site][0]}")
 
 
 def _registry_state():
@@ -40,7 +42,7 @@ def _registry_state():
     owners = {
         "libreyolo.kernels": registry,
         "ms_deform_attn": slot_module,
-        **{f: _module(f) for f in catalog.FAMILIES},
+        **{f"{f}[{i}]": _module(f, i) for f, i in SITES},
     }
     state = {name: dict(vars(owner)) for name, owner in owners.items()}
     state["_REGISTRY"] = dict(registry._REGISTRY)
@@ -269,15 +271,18 @@ def test_bad_options_block_the_group_naming_the_problem(options, message):
 # --- the family groups ---------------------------------------------------------------------
 
 
-def _family_call(family, points_list=None):
-    """(function of three leaves, the leaves): the family's MSDA core called the way its
-    attention module calls it, in its own layouts."""
+FLAT_POINTS = {("rtdetrv2", 0), ("dfine", 0), ("deim", 0), ("ec", 1), ("ovdeim", 0)}
+
+
+def _family_call(family, site=0, points_list=None):
+    """(function of three leaves, the leaves): the family's MSDA core at call site ``site``
+    called the way its attention module calls it, in its own layouts."""
     value, shapes, loc, weights = _slot_inputs()
     n, _, m, d = value.shape
     lq, levels, points = loc.shape[1], len(shapes), loc.shape[4]
-    module = _module(family)
+    module = _module(family, site)
     gen = torch.Generator().manual_seed(3)
-    if family in ("rtdetrv2", "dfine", "deim"):  # points of all levels in one axis
+    if (family, site) in FLAT_POINTS:  # points of all levels in one axis
         points_list = points_list or [points] * levels
         total = sum(points_list)
         loc = torch.rand(n, lq, m, total, 2, generator=gen, dtype=value.dtype) * 1.2 - 0.1
@@ -287,11 +292,18 @@ def _family_call(family, points_list=None):
     def call(v, sl, w):
         if family == "rtdetr":
             return module.deformable_attention_core_func(v, shapes, sl, w)
-        if family == "rtdetrv2":
+        if family == "grounding_dino":
+            return module._msda(v, shapes, sl, w)
+        if family in ("rtdetrv2", "ovdeim"):
             return module.deformable_attention_core_func_v2(v, shapes, sl, w, points_list)
-        if family in ("dfine", "deim"):  # one (N, M, D, H*W) tensor per level
-            per_level = list(v.permute(0, 2, 3, 1).split(sizes, -1))
-            return module.deformable_attention_core_func_v2(per_level, shapes, sl, w, points_list)
+        per_level = v.permute(0, 2, 3, 1).split(sizes, -1)  # one (N, M, D, H*W) per level
+        if (family, site) in {("dfine", 0), ("deim", 0), ("ec", 1)}:
+            return module.deformable_attention_core_func_v2(
+                list(per_level), shapes, sl, w, points_list
+            )
+        if family == "ec":  # the pose decoder: one (N*M, D, H*W) per level
+            pose = tuple(t.reshape(n * m, d, -1) for t in per_level)
+            return module._ms_deform_attn_core_pytorch_pose(pose, shapes, sl, w)
         if family == "lwdetr":  # value (N, M, D, S), weights flattened over (levels, points)
             return module.ms_deform_attn_core_pytorch(
                 v.permute(0, 2, 3, 1), shapes, sl, w.flatten(3, 4)
@@ -314,11 +326,11 @@ def _family_call(family, points_list=None):
     return attend, (value, query, ref)
 
 
-@pytest.mark.parametrize("group_id", FAMILY_IDS)
-def test_family_call_site_forward_and_gradients_match(group_id, op_calls):
-    family = group_id.split(".")[1]
-    fn, leaves = _family_call(family)
-    module = _module(family)
+@pytest.mark.parametrize("family, site", SITES, ids=[f"{f}[{i}]" for f, i in SITES])
+def test_family_call_site_forward_and_gradients_match(family, site, op_calls):
+    group_id = f"libreyolo.{family}.msda"
+    fn, leaves = _family_call(family, site)
+    module = _module(family, site)
     before = dict(vars(module))
     stock = _grads(fn, *leaves)
     with tpa.applied(groups=[group_id], strict=True):
@@ -328,9 +340,9 @@ def test_family_call_site_forward_and_gradients_match(group_id, op_calls):
     _close(ours, stock)
 
 
-@pytest.mark.parametrize("family", ["rtdetrv2", "dfine", "deim"])
-def test_uneven_points_per_level_stay_on_libreyolos_path(family, op_calls):
-    fn, leaves = _family_call(family, points_list=[2, 4])
+@pytest.mark.parametrize("family, site", sorted(FLAT_POINTS))
+def test_uneven_points_per_level_stay_on_libreyolos_path(family, site, op_calls):
+    fn, leaves = _family_call(family, site, points_list=[2, 4])
     stock = fn(*leaves)
     with tpa.applied(groups=[f"libreyolo.{family}.msda"], strict=True):
         assert torch.equal(fn(*leaves), stock)
@@ -396,7 +408,7 @@ def test_apply_by_the_shipped_id_and_rollback_restore_every_module():
         assert {g.status for g in report.groups} == {"applied"}
         assert (
             _module("dfine").maybe_ms_deform_attn_v2
-            is not before["dfine"]["maybe_ms_deform_attn_v2"]
+            is not before["dfine[0]"]["maybe_ms_deform_attn_v2"]
         )
     finally:
         outcome = tpa.rollback()
