@@ -40,7 +40,17 @@ def _lwdetr():
     return LibreLWDETRModel("t", nc=4), 192
 
 
-MODELS = {"rtdetr": _rtdetr, "lwdetr": _lwdetr}
+def _ec_pose():
+    from libreyolo.models.ec.nn import LibreECPoseModel
+
+    # EC's pose decoder: its own MSDA core (per-level value tuples), 4 points on every level
+    return LibreECPoseModel("s", eval_spatial_size=None), 160
+
+
+MODELS = {"rtdetr": _rtdetr, "lwdetr": _lwdetr, "ec_pose": _ec_pose}
+#: the models whose family has a cuda_graph group
+GRAPH_MODELS = ["rtdetr", "lwdetr"]
+OUTPUTS = ("pred_logits", "pred_boxes", "pred_keypoints")
 
 
 @pytest.fixture
@@ -77,10 +87,10 @@ def _step(model, x, train):
     torch.manual_seed(2)  # the same dropout masks in both runs
     with torch.set_grad_enabled(train):
         out = model(x)
-        outputs = [out["pred_logits"], out["pred_boxes"]]
+        outputs = [out[k] for k in OUTPUTS if k in out]
         if not train:
             return [o.detach() for o in outputs], []
-        (outputs[0].square().mean() + outputs[1].sum()).backward()
+        (outputs[0].square().mean() + sum(o.sum() for o in outputs[1:])).backward()
     grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
     return [o.detach() for o in outputs], grads
 
@@ -133,7 +143,7 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", GRAPH_MODELS)
 def test_cuda_graph_group_on_the_cpu_runs_eagerly_with_the_msda_groups_results(name, train,
                                                                               op_calls):
     model, x = _build(name)
@@ -145,7 +155,7 @@ def test_cuda_graph_group_on_the_cpu_runs_eagerly_with_the_msda_groups_results(n
 
 @cuda
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", GRAPH_MODELS)
 def test_cuda_graph_replays_equal_the_msda_groups_results(name, train, deterministic):
     from turbo_physai.optimizations.common import cuda_graph
 
