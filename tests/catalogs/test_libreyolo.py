@@ -341,12 +341,14 @@ def test_family_call_site_forward_and_gradients_match(family, site, op_calls):
 
 
 @pytest.mark.parametrize("family, site", sorted(FLAT_POINTS))
-def test_uneven_points_per_level_stay_on_libreyolos_path(family, site, op_calls):
+def test_uneven_points_per_level_reach_our_op_and_match(family, site, op_calls):
+    # D-FINE's and DEIM's own configs sample 3, 6 and 3 points on three levels
     fn, leaves = _family_call(family, site, points_list=[2, 4])
-    stock = fn(*leaves)
+    stock = _grads(fn, *leaves)
     with tpa.applied(groups=[f"libreyolo.{family}.msda"], strict=True):
-        assert torch.equal(fn(*leaves), stock)
-    assert not op_calls
+        ours = _grads(fn, *leaves)
+    assert len(op_calls) == 1
+    _close(ours, stock)
 
 
 def test_under_torch_compile_the_family_group_keeps_our_op_in_one_graph(op_calls):

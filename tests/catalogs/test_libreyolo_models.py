@@ -47,9 +47,17 @@ def _ec_pose():
     return LibreECPoseModel("s", eval_spatial_size=None), 160
 
 
-MODELS = {"rtdetr": _rtdetr, "lwdetr": _lwdetr, "ec_pose": _ec_pose}
+def _dfine():
+    from libreyolo.models.dfine.nn import LibreDFINEModel
+
+    # size s: 3, 6 and 3 points on its three levels (padded to 6 for our op); 256 px gives the
+    # 300 two-stage proposals enough tokens
+    return LibreDFINEModel("s", nb_classes=4, eval_spatial_size=None), 256
+
+
+MODELS = {"rtdetr": _rtdetr, "lwdetr": _lwdetr, "ec_pose": _ec_pose, "dfine": _dfine}
 #: the models whose family has a cuda_graph group
-GRAPH_MODELS = ["rtdetr", "lwdetr"]
+GRAPH_MODELS = ["rtdetr", "lwdetr", "dfine"]
 OUTPUTS = ("pred_logits", "pred_boxes", "pred_keypoints")
 
 

@@ -225,21 +225,40 @@ def test_call_site_forward_and_gradients_match(group_id, device, op_calls):
         _no_farther(optimized, stock, run(torch.float64, "cpu"))
 
 
-def test_rt_detr_v2_keeps_discrete_sampling_and_uneven_points_on_transformers_code():
+def test_rt_detr_v2_keeps_discrete_sampling_on_transformers_code():
     _require("transformers.rt_detr_v2.msda")
     module = _module("rt_detr_v2")
     value, shapes, shape_list, loc, weights = _call_site_inputs(p=2)
-    flat_loc, flat_w = loc.flatten(3, 4), weights.flatten(3, 4)
-    uneven = [1, 3]  # 4 points in all, unevenly split: our op cannot take it
-    calls = [((value, shape_list, flat_loc, flat_w, [2, 2]), {"method": "discrete"}),
-             ((value, shape_list, flat_loc, flat_w, uneven), {})]
-    stock = [module.multi_scale_deformable_attention_v2(*a, **k) for a, k in calls]
+    args = (value, shape_list, loc.flatten(3, 4), weights.flatten(3, 4), [2, 2])
+    stock = module.multi_scale_deformable_attention_v2(*args, method="discrete")
     with tpa.applied(groups=["transformers.rt_detr_v2.msda"], strict=True) as report:
-        got = [module.multi_scale_deformable_attention_v2(*a, **k) for a, k in calls]
+        got = module.multi_scale_deformable_attention_v2(*args, method="discrete")
     (counts,) = report.group("transformers.rt_detr_v2.msda").to_dict()["dispatchers"].values()
-    assert counts == {"replacement": 0, "original": 2}
-    for a, b in zip(got, stock, strict=True):
-        assert torch.equal(a, b)
+    assert counts == {"replacement": 0, "original": 1}
+    assert torch.equal(got, stock)
+
+
+def test_rt_detr_v2_uneven_points_per_level_reach_our_op_and_match(op_calls):
+    """D-FINE style [3, 6, 3]: padded to even counts with zero weights outside the map."""
+    _require("transformers.rt_detr_v2.msda")
+    module = _module("rt_detr_v2")
+    value, shapes, shape_list, loc, weights = _call_site_inputs(p=2)
+    uneven = [1, 3]  # the same 4 points in all, split unevenly over the 2 levels
+
+    def call(v, sl, w):
+        return module.multi_scale_deformable_attention_v2(v, shape_list, sl, w, uneven)
+
+    def grads(*leaves):
+        leaves = [t.clone().requires_grad_() for t in leaves]
+        out = call(*leaves)
+        return [out.detach(), *torch.autograd.grad((out * out).sum(), leaves)]
+
+    leaves = (value, loc.flatten(3, 4), weights.flatten(3, 4))
+    stock = grads(*leaves)
+    with tpa.applied(groups=["transformers.rt_detr_v2.msda"], strict=True):
+        ours = grads(*leaves)
+    assert len(op_calls) == 1
+    _close(ours, stock)
 
 
 def test_every_group_whose_code_this_release_has_applies():

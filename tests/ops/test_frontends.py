@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 from turbo_physai.ops import frontends, ms_deform_attn  # noqa: E402
 from turbo_physai.ops.frontends import (  # noqa: E402
     MultiScaleDeformableAttention,
+    libreyolo_ms_deform_attn_v2,
     ms_deform_attn_backward,
     ms_deform_attn_forward,
     transformers_forward,
@@ -99,6 +100,52 @@ def test_transformers_function_with_a_list_reuses_its_tensors(levels_cache):
     v2 = transformers_function_v2(value, as_list, loc.flatten(3, 4), attn.flatten(3, 4),
                                   [p] * levels)
     assert torch.equal(v2, expected) and len(levels_cache) == 1
+
+
+def _per_level_sum(value, shapes, loc, attn, points):
+    """The uneven sum as one op call per level, each with only its own points."""
+    out, start, first = 0, 0, 0
+    for (h, w), p in zip(shapes.tolist(), points, strict=True):
+        one = torch.tensor([[h, w]])
+        out = out + ms_deform_attn(value[:, start:start + h * w], one, one.new_zeros(1),
+                                   loc[:, :, :, None, first:first + p],
+                                   attn[:, :, :, None, first:first + p])
+        start, first = start + h * w, first + p
+    return out
+
+
+@pytest.mark.parametrize("points", [[1, 3], [3, 1], [2, 2]])
+def test_v2_with_uneven_points_per_level_is_the_uneven_sum(points):
+    value, shapes, _, loc, attn = _inputs(p=2)
+    loc, attn = loc.flatten(3, 4), attn.flatten(3, 4)  # 4 points in all, split as `points`
+    want = _per_level_sum(value, shapes, loc, attn, points)
+    as_list = [tuple(s) for s in shapes.tolist()]
+    got = transformers_function_v2(value, as_list, loc, attn, points)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(libreyolo_ms_deform_attn_v2(value, as_list, loc, attn, points),
+                               want, rtol=1e-12, atol=1e-12)
+
+
+def test_padded_points_read_nothing_of_the_map():
+    """The padding samples outside every map: a NaN where no real point reaches stays out."""
+    value, shapes, _, loc, attn = _inputs(p=2)
+    loc, attn = loc.flatten(3, 4) * 0.2, attn.flatten(3, 4)  # real points near the top left
+    ends = shapes.prod(1).cumsum(0) - 1
+    value[:, ends] = float("nan")  # the bottom right pixel of each level
+    got = transformers_function_v2(value, shapes, loc, attn, [1, 3])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, _per_level_sum(value, shapes, loc, attn, [1, 3]))
+
+
+def test_v2_point_counts_that_do_not_add_up():
+    value, shapes, _, loc, attn = _inputs(p=2)
+    loc, attn = loc.flatten(3, 4), attn.flatten(3, 4)
+    with pytest.raises(ValueError, match=r"attention_weights: 4 points in all, num_points_list "
+                                         r"\[1, 2\] sums to 3"):
+        transformers_function_v2(value, shapes, loc, attn, [1, 2])
+    as_list = [tuple(s) for s in shapes.tolist()]
+    assert libreyolo_ms_deform_attn_v2(value, as_list, loc, attn, [1, 2]) is None  # its path
+    assert libreyolo_ms_deform_attn_v2(value, as_list, loc, attn, [0, 4]) is None
 
 
 def test_levels_cache_is_bounded_and_evicts_the_oldest(levels_cache):

@@ -104,7 +104,7 @@ _LEGACY_GROUPS = tuple(
     for m in LEGACY_FUNCTION_MODELS
 )
 # RT-DETRv2 concatenates the points of all levels and has a "discrete" sampling method; the
-# condition keeps that method and uneven points per level on transformers' code.
+# condition keeps that method on transformers' code (uneven points per level are padded).
 RT_DETR_V2 = _msda_group(
     "rt_detr_v2",
     "multi_scale_deformable_attention_v2",

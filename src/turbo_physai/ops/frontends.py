@@ -9,9 +9,9 @@
 - :func:`transformers_function`: transformers' module-level ``multi_scale_deformable_attention``
   (Mask2Former, OneFormer), shapes given as a tensor or as a list of ``(H, W)``.
 - :func:`transformers_function_v2`: ``multi_scale_deformable_attention_v2`` (RT-DETRv2), whose
-  points of all levels are concatenated in one axis. It serves the ``"default"`` method with the
-  same number of points on every level only; :func:`v2_supported` says when a call is such
-  (use it as the ``runtime_condition``: other calls go to transformers' own code).
+  points of all levels are concatenated in one axis, uneven counts per level included (padded
+  with zero weights). It serves the ``"default"`` method only; :func:`v2_supported` says when a
+  call is such (use it as the ``runtime_condition``: other calls go to transformers' own code).
 - :func:`ultralytics_function`: Ultralytics' ``multi_scale_deformable_attn_pytorch`` (RT-DETR),
   levels and points folded into one axis as in v2.
 - :func:`rfdetr_function`: Roboflow RF-DETR's ``ms_deform_attn_core_pytorch``: value as
@@ -100,11 +100,12 @@ def transformers_function(value, value_spatial_shapes, sampling_locations, atten
 def transformers_function_v2(value, value_spatial_shapes, sampling_locations, attention_weights,
                              num_points_list, method="default"):
     """transformers' ``multi_scale_deformable_attention_v2`` for calls :func:`v2_supported`
-    accepts: locations ``(N, Lq, M, L*P, 2)`` and weights ``(N, Lq, M, L*P)`` are views of the
-    op's ``(..., L, P, ...)`` layout."""
+    accepts: locations ``(N, Lq, M, sum(P_l), 2)`` and weights ``(N, Lq, M, sum(P_l))``, the
+    points of each level in turn (see :func:`_even_points`)."""
     del method  # "default" (v2_supported): bilinear sampling, the op's own
     shapes, starts = _levels(value_spatial_shapes, value.device)
-    return _msda_folded(value, shapes, starts, sampling_locations, attention_weights)
+    loc, weights = _even_points(sampling_locations, attention_weights, num_points_list)
+    return _msda(value, shapes, starts, loc, weights)
 
 
 def ultralytics_function(value, value_spatial_shapes, sampling_locations, attention_weights):
@@ -146,10 +147,37 @@ def _msda_folded(value, shapes, starts, sampling_locations, attention_weights):
 def v2_supported(value, value_spatial_shapes, sampling_locations, attention_weights,
                  num_points_list, method="default"):
     """runtime_condition of :func:`transformers_function_v2`: the ``"default"`` (bilinear)
-    method with the same number of points on every level. ``"discrete"`` sampling and uneven
-    points (D-FINE style ``[3, 6, 3]``) stay on transformers' code."""
+    method, with at least one point on every level (D-FINE style uneven ``[3, 6, 3]`` too).
+    ``"discrete"`` sampling stays on transformers' code."""
     del value, value_spatial_shapes, sampling_locations, attention_weights
-    return method == "default" and len(set(num_points_list)) == 1
+    return method == "default" and len(num_points_list) > 0 and min(num_points_list) > 0
+
+
+# Where padded points sample: outside every map (x * W - 0.5 < -1 for any W), so zero padding
+# makes them read nothing, whatever the value map holds (Inf or NaN included).
+_OUTSIDE = -2.0
+
+
+def _even_points(sampling_locations, attention_weights, num_points_list):
+    """Locations ``(N, Lq, M, sum(P_l), 2)`` and weights ``(N, Lq, M, sum(P_l))``, level after
+    level, as the op's ``(N, Lq, M, L, P, 2)`` / ``(N, Lq, M, L, P)``. Uneven counts are padded
+    to the largest with weight 0 at a location outside the map: the output and the gradients
+    of the real points are those of the uneven sum (the padding adds exact zeros), and the
+    padding's gradients are dropped by the slicing autograd undoes."""
+    points = [int(p) for p in num_points_list]
+    levels, most = len(points), max(points)
+    total = attention_weights.shape[-1]
+    if sum(points) != total:
+        raise ValueError(f"attention_weights: {total} points in all, num_points_list "
+                         f"{points} sums to {sum(points)}")
+    if min(points) == most:
+        return (sampling_locations.unflatten(3, (levels, most)),
+                attention_weights.unflatten(3, (levels, most)))
+    pad = torch.nn.functional.pad
+    locs = sampling_locations.split(points, dim=3)
+    weights = attention_weights.split(points, dim=3)
+    return (torch.stack([pad(t, (0, 0, 0, most - t.shape[3]), value=_OUTSIDE) for t in locs], 3),
+            torch.stack([pad(t, (0, most - t.shape[3])) for t in weights], 3))
 
 
 def libreyolo_ms_deform_attn(value, spatial_shapes, sampling_locations, attention_weights):
@@ -165,14 +193,14 @@ def libreyolo_ms_deform_attn(value, spatial_shapes, sampling_locations, attentio
 def libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, attention_weights,
                                 num_points_list):
     """LibreYOLO's ``maybe_ms_deform_attn_v2`` adapter: points of all levels concatenated, as
-    RT-DETRv2, D-FINE and DEIM carry them; None for uneven points per level (the slot's rule)."""
+    RT-DETRv2, D-FINE and DEIM carry them, uneven counts per level (D-FINE's and DEIM's
+    ``[3, 6, 3]``) included (:func:`_even_points`); None where the counts do not fit."""
     levels = len(num_points_list)
-    if levels == 0 or len(spatial_shapes) != levels or len(set(num_points_list)) != 1:
+    if levels == 0 or len(spatial_shapes) != levels or min(num_points_list) < 1 \
+            or sum(num_points_list) != attention_weights.shape[-1]:
         return None
-    points = int(num_points_list[0])
-    return libreyolo_ms_deform_attn(value, spatial_shapes,
-                                    sampling_locations.unflatten(3, (levels, points)),
-                                    attention_weights.unflatten(3, (levels, points)))
+    loc, weights = _even_points(sampling_locations, attention_weights, num_points_list)
+    return libreyolo_ms_deform_attn(value, spatial_shapes, loc, weights)
 
 
 _SIXTEEN_BITS = (torch.float16, torch.bfloat16)

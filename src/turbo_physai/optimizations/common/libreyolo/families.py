@@ -43,7 +43,8 @@ def maybe_ms_deform_attn(value, spatial_shapes, sampling_locations, attention_we
 def maybe_ms_deform_attn_v2(
     value, spatial_shapes, sampling_locations, attention_weights, num_points_list
 ):
-    """The flat-points variant (RT-DETRv2, D-FINE, DEIM); uneven points per level return None."""
+    """The flat-points variant (RT-DETRv2, D-FINE, DEIM, EC, OV-DEIM), uneven points per level
+    (D-FINE's ``[3, 6, 3]``) included."""
     if not ms_deform_attn_available(value):
         return None
     return libreyolo_ms_deform_attn_v2(
