@@ -6,9 +6,10 @@
     PYTHONPATH=src python benchmarks/e2e_libreyolo.py --quick     # CPU, tiny: checks it runs
 
 Models from LibreYOLO's own constructors and size tables, random weights, nothing downloaded:
-RT-DETR-R50 (``RTDETR_CONFIGS["r50"]``, backbone not pretrained) at 640, LW-DETR-M at 640 and
-Deformable DETR R50 (torchvision ResNet-50 with ``weights=None``) at 800, the families'
-default input sizes (``INPUT_SIZES``); batch 8, float32.
+RT-DETR-R50 (``RTDETR_CONFIGS["r50"]``, backbone not pretrained) at 640, LW-DETR-M at 640,
+D-FINE-L (3, 6 and 3 points per level) at 640 and Deformable DETR R50 (torchvision ResNet-50
+with ``weights=None``) at 800, the families' default input sizes (``INPUT_SIZES``); batch 8,
+float32.
 
 "stock" is LibreYOLO as installed, with its best in-tree path: its ``ms_deform_attn`` slot
 resolves to its Triton kernel where triton and a GPU are present (inference only: it declines
@@ -75,6 +76,13 @@ def build(name: str, quick: bool) -> tuple[torch.nn.Module, int]:
 
         size = "t" if quick else "m"
         return LibreLWDETRModel(size, nc=80), 192 if quick else LibreLWDETR.INPUT_SIZES[size]
+    if name == "dfine":  # sizes s-x: 3, 6 and 3 points per level (grid_sample until padded)
+        from libreyolo.models.dfine.model import LibreDFINE
+        from libreyolo.models.dfine.nn import LibreDFINEModel
+
+        size = "s" if quick else "l"
+        model = LibreDFINEModel(size, nb_classes=80, eval_spatial_size=None)
+        return model, 256 if quick else LibreDFINE.INPUT_SIZES[size]
     if name == "deformable_detr":
         from libreyolo.models.deformable_detr.model import LibreDeformableDETR
         from libreyolo.models.deformable_detr.nn import LibreDeformableDETRModel
@@ -82,7 +90,7 @@ def build(name: str, quick: bool) -> tuple[torch.nn.Module, int]:
         return LibreDeformableDETRModel("r50", nc=91), (
             128 if quick else LibreDeformableDETR.INPUT_SIZES["r50"]
         )
-    raise SystemExit(f"unknown model {name!r}: rtdetr, lwdetr, deformable_detr")
+    raise SystemExit(f"unknown model {name!r}: rtdetr, lwdetr, dfine, deformable_detr")
 
 
 def calls(model, forward, pixels):
@@ -198,7 +206,7 @@ def refuse_network() -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="rtdetr,lwdetr,deformable_detr")
+    parser.add_argument("--models", default="rtdetr,lwdetr,dfine,deformable_detr")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--reps", type=int, default=10)
