@@ -21,7 +21,15 @@ from ._core import PlanError  # noqa: E402
 from .config import ConfigError, GroupSelection, OptimizationConfig, Trust, load_config
 from .engine.catalog import registry
 from .engine.context import CompatibilityContext, CompatibilityResult
-from .engine.declarations import DeclarationError, Group, group, replace, replace_import, wrap
+from .engine.declarations import (
+    DeclarationError,
+    Group,
+    group,
+    replace,
+    replace_import,
+    replace_stored,
+    wrap,
+)
 from .engine.report import OptimizationReport
 from .engine.session import (
     ApplyError,
@@ -61,6 +69,7 @@ __all__ = [
     "registry",
     "replace",
     "replace_import",
+    "replace_stored",
     "rollback",
     "wrap",
 ]

@@ -25,6 +25,8 @@ class CompatibilityResult:
 
 @dataclass(frozen=True)
 class TargetInfo:
+    """A path the group writes, or whose code it takes over (``replace_stored``'s function)."""
+
     path: str
     kind: str  # the declaration kind: replace, wrap, replace_import, ...
 
@@ -32,8 +34,15 @@ class TargetInfo:
 class CompatibilityContext:
     """Read-only view for a compatibility_check: package versions, options, environment."""
 
-    def __init__(self, group_id: str, options: Mapping[str, Any], targets: tuple[TargetInfo, ...]):
+    def __init__(
+        self,
+        group_id: str,
+        options: Mapping[str, Any],
+        targets: tuple[TargetInfo, ...],
+        reads: tuple[str, ...] = (),
+    ):
         self._group_id = group_id
+        self._reads = reads
         self._options = MappingProxyType(copy.deepcopy(dict(options)))
         self._environment = MappingProxyType(dict(os.environ))
         self._targets = targets
@@ -53,6 +62,12 @@ class CompatibilityContext:
     @property
     def targets(self) -> tuple[TargetInfo, ...]:
         return self._targets
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Paths of code the group relies on as it is, neither written nor replaced
+        (``replace_stored``: the ``__init__`` storing the function, its callers)."""
+        return self._reads
 
     @staticmethod
     def package_version(name: str) -> str | None:

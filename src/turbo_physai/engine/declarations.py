@@ -64,6 +64,58 @@ class Wrap(Replace):
 
 
 @dataclass(frozen=True)
+class ReplaceStored:
+    """Instances of the class ``owner`` store the function ``original`` in their own
+    ``attribute`` when they are built (``self.<attribute> = original`` in ``__init__``); while
+    applied, those that still hold it read ``replacement`` there instead, whenever they were
+    built. Nothing is written into an instance: a data descriptor on ``owner`` answers the read,
+    and rollback removes it."""
+
+    owner: str
+    attribute: str
+    original: str
+    replacement: str
+    runtime_condition: str | None = None
+    #: Code that calls the stored function (e.g. ``owner.forward``): not written, but relied on
+    #: (compatibility checks see it in ``context.reads``, with ``owner.__init__``).
+    callers: tuple[str, ...] = ()
+
+    kind = "replace_stored"
+    import_compat = False
+
+    def __post_init__(self) -> None:
+        where = self.describe()
+        for what in ("owner", "original", "replacement"):
+            _check_path(getattr(self, what), what, where)
+        if not isinstance(self.attribute, str) or not self.attribute.isidentifier():
+            raise DeclarationError(f"{where}: attribute must be a name, got {self.attribute!r}")
+        if self.runtime_condition is not None:
+            _check_path(self.runtime_condition, "runtime_condition", where)
+        object.__setattr__(self, "callers", _paths(self.callers, "callers", where))
+
+    def describe(self) -> str:
+        return f"replace_stored({self.owner!r}, {self.attribute!r})"
+
+    @property
+    def target(self) -> str:
+        return f"{self.owner}.{self.attribute}"
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return (self.target,)
+
+    @property
+    def replaces(self) -> tuple[str, ...]:
+        """Code whose work the replacement takes over without its path being written."""
+        return (self.original,)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Code relied on as it is: the ``__init__`` storing the function, and its callers."""
+        return (f"{self.owner}.__init__", *self.callers)
+
+
+@dataclass(frozen=True)
 class ReplaceImport:
     """The module ``replacement`` is registered in ``sys.modules`` under ``target``."""
 
@@ -158,7 +210,9 @@ class RegistryOverride:
         return tuple(f"{self.registry}[{name}]" for name in self.names)
 
 
-Declaration = Replace | Wrap | ReplaceImport | ImportAlias | OptionalImport | RegistryOverride
+Declaration = (
+    Replace | Wrap | ReplaceStored | ReplaceImport | ImportAlias | OptionalImport | RegistryOverride
+)
 
 
 @dataclass(frozen=True)
@@ -244,6 +298,18 @@ def wrap(
 ) -> Wrap:
     """Install ``replacement(original, options)`` at ``target``."""
     return Wrap(target, replacement, aliases, runtime_condition, optional)  # type: ignore[arg-type]
+
+
+def replace_stored(
+    owner: str,
+    attribute: str,
+    original: str,
+    replacement: str,
+    runtime_condition: str | None = None,
+    callers: Iterable[str] | str = (),
+) -> ReplaceStored:
+    """Instances of ``owner`` that stored ``original`` at ``attribute`` read ``replacement``."""
+    return ReplaceStored(owner, attribute, original, replacement, runtime_condition, callers)  # type: ignore[arg-type]
 
 
 def replace_import(target: str, replacement: str) -> ReplaceImport:

@@ -447,9 +447,14 @@ def _compatibility(group: Group, sel: GroupSelection) -> Check:
         fn = resolve_object(group.compatibility_check)
     except ResolutionError as err:
         return Check(code, FAIL, str(err), reason="compatibility.error")
-    targets = tuple(TargetInfo(path, d.kind) for d in group.declarations for path in d.writes)
+    targets = tuple(
+        TargetInfo(path, d.kind)
+        for d in group.declarations
+        for path in (*d.writes, *getattr(d, "replaces", ()))
+    )
+    reads = tuple(path for d in group.declarations for path in getattr(d, "reads", ()))
     try:
-        result = fn(CompatibilityContext(group.id, sel.options, targets))
+        result = fn(CompatibilityContext(group.id, sel.options, targets, reads))
     except Exception as err:
         return Check(
             code,

@@ -10,14 +10,23 @@ from ..declarations import (
     RegistryOverride,
     Replace,
     ReplaceImport,
+    ReplaceStored,
     Wrap,
 )
-from . import import_alias, object_patch, optional_import, registry_override, replace_import
+from . import (
+    import_alias,
+    object_patch,
+    optional_import,
+    registry_override,
+    replace_import,
+    replace_stored,
+)
 from .base import PrepareContext, Prepared, Transaction
 
 _HANDLERS = {
     Replace: object_patch.prepare,
     Wrap: object_patch.prepare,
+    ReplaceStored: replace_stored.prepare,
     ReplaceImport: replace_import.prepare,
     ImportAlias: import_alias.prepare,
     OptionalImport: optional_import.prepare,

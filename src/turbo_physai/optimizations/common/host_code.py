@@ -12,12 +12,13 @@ The evidence is the code itself, not a version number:
   op to compute the same. An unvalidated fingerprint is blocked either way; the markers say in
   the reason what changed when one of them did.
 
-The paths checked are the group's targets (one that does not resolve is left to preparation's
-``target.unresolved``) and ``Evidence.relies_on``, code the replacement relies on without
-replacing it (missing: blocked). A block names the installed release, the path, its fingerprint
-and how to validate it: run the catalog tests on that release with ``TPA_VALIDATE_<PACKAGE>=
-RELEASE`` (new code of that release is let through, if its math markers are there), then
-:func:`record` its fingerprints into the table.
+The paths checked are the group's targets and the code its declarations rely on
+(``context.reads``; one that does not resolve is left to preparation's ``target.unresolved``),
+and ``Evidence.relies_on``, code the replacement relies on without replacing it (missing:
+blocked). Math markers apply to targets and ``relies_on``, not to reads. A block names the
+installed release, the path, its fingerprint and how to validate it: run the catalog tests on
+that release with ``TPA_VALIDATE_<PACKAGE>=RELEASE`` (new code of that release is let through,
+if its math markers are there), then :func:`record` its fingerprints into the table.
 """
 
 from __future__ import annotations
@@ -101,13 +102,19 @@ def fingerprint(obj: Any) -> str | None:
 
 
 def judge(
-    evidence: Evidence, path: str, release: str, validating: str | None = None, required=False
+    evidence: Evidence,
+    path: str,
+    release: str,
+    validating: str | None = None,
+    required=False,
+    math=True,
 ) -> tuple[str | None, list[str]]:
     """(why the code at ``path`` is not validated or None, the releases its code was validated
     on). Code that does not resolve passes unless ``required`` (a target's is reported by
     preparation as target.unresolved); so does our own replacement (applied now: the code it
     replaced was judged then). ``validating``: the release whose tests run to validate it, whose
-    new code passes if its math markers are there."""
+    new code passes if its math markers are there (``math``: code our op takes over; other code
+    relied on has none to check)."""
     head = f"{evidence.package} {release}"
     how = evidence.validate.format(release=release)
     try:
@@ -120,13 +127,14 @@ def judge(
     known = validated(evidence)
     if fp in known:
         return None, known[fp]["releases"]
-    problems = evidence.math(obj) if evidence.math is not None else []
+    markers = evidence.math if math else None
+    problems = markers(obj) if markers is not None else []
     if validating is not None and validating == release and not problems:
         return None, []
     what = f"fingerprint {fp}"
     if problems:
         what += f"; it no longer does what our op computes: {'; '.join(problems)}"
-    elif evidence.math is not None:
+    elif markers is not None:
         what += "; its math markers are there, but no test ran on this code"
     return f"{head}: the code of {path} is not a validated version ({what}); validate it: {how}", []
 
@@ -139,10 +147,16 @@ def check(context, evidence: Evidence) -> CompatibilityResult:
     if installed is None:  # the unresolvable target says more (target.unresolved)
         return CompatibilityResult(True, expected, None, f"{evidence.package} is not installed")
     validating = context.environment.get(evidence.env)
-    paths = [(t.path, False) for t in context.targets] + [(p, True) for p in evidence.relies_on]
+    # (path, required, math): a target or read that does not resolve is preparation's to
+    # report (target.unresolved); math markers apply to the code whose work our op takes over
+    paths = [
+        *((t.path, False, True) for t in context.targets),
+        *((p, False, False) for p in context.reads),
+        *((p, True, True) for p in evidence.relies_on),
+    ]
     matched: set[str] = set()
-    for path, required in paths:
-        reason, on = judge(evidence, path, installed, validating, required)
+    for path, required, math in paths:
+        reason, on = judge(evidence, path, installed, validating, required, math)
         if reason is not None:
             return CompatibilityResult(False, expected, installed, reason)
         matched.update(on)
@@ -180,8 +194,13 @@ def record(evidence: Evidence, paths: Iterable[str]) -> None:
 
 
 def targets(groups) -> list[str]:
-    """The targets of ``groups`` (what :func:`record` records for a catalog)."""
-    return [decl.target for group in groups for decl in group.declarations]
+    """The targets of ``groups`` and the code they rely on (what :func:`record` records)."""
+    return [
+        path
+        for group in groups
+        for decl in group.declarations
+        for path in (decl.target, *getattr(decl, "replaces", ()), *getattr(decl, "reads", ()))
+    ]
 
 
 def main(evidence: Evidence, groups, argv: list[str]) -> None:
@@ -193,7 +212,7 @@ def main(evidence: Evidence, groups, argv: list[str]) -> None:
 
 def _code_name(path: str) -> str:
     parts = path.split(".")
-    return ".".join(parts[-2:]) if parts[-1] == "forward" else parts[-1]
+    return ".".join(parts[-2:]) if parts[-1] in ("forward", "__init__") else parts[-1]
 
 
 def _key(release: str) -> tuple[int, ...]:
