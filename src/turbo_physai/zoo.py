@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-MODELS = ("deformable_detr", "rt_detr", "rt_detr_v2", "mask2former")
+MODELS = ("deformable_detr", "rt_detr", "rt_detr_v2", "d_fine", "deimv2", "mask2former")
 
 # (channel width, image side, queries, encoder/decoder layers) per size.
 _SIZES = {"tiny": (32, 64, 10, 2), "small": (128, 320, 100, 2)}
@@ -82,22 +82,19 @@ def _deformable_detr(width: int, queries: int, layers: int):
     return DeformableDetrForObjectDetection(config), _detection
 
 
-def _rt_detr(width: int, queries: int, layers: int, v2: bool = False):
-    from transformers import RTDetrResNetConfig
+def _rt_detr(width: int, queries: int, layers: int, family: str = "RTDetr", **extra: Any):
+    """RT-DETR and its descendants (same config fields), on a small ResNet backbone."""
+    import transformers
 
-    if v2:
-        from transformers import RTDetrV2Config as Config
-        from transformers import RTDetrV2ForObjectDetection as Model
-    else:
-        from transformers import RTDetrConfig as Config
-        from transformers import RTDetrForObjectDetection as Model
-    backbone = _resnet(RTDetrResNetConfig, width)
-    config = Config(
+    config_class = getattr(transformers, f"{family}Config")
+    model_class = getattr(transformers, f"{family}ForObjectDetection")
+    backbone = _resnet(transformers.RTDetrResNetConfig, width)
+    config = config_class(
         backbone_config=backbone, use_pretrained_backbone=False, d_model=width,
         encoder_hidden_dim=width, encoder_in_channels=backbone.hidden_sizes[1:],
         decoder_in_channels=[width] * 3, encoder_ffn_dim=2 * width, decoder_ffn_dim=2 * width,
-        num_queries=queries, decoder_layers=layers, num_labels=10, num_denoising=0)
-    return Model(config), _detection
+        num_queries=queries, decoder_layers=layers, num_labels=10, num_denoising=0, **extra)
+    return model_class(config), _detection
 
 
 def _mask2former(width: int, queries: int, layers: int):
@@ -117,7 +114,10 @@ def _mask2former(width: int, queries: int, layers: int):
 _BUILDERS: dict[str, Callable[[int, int, int], tuple[torch.nn.Module, Callable]]] = {
     "deformable_detr": _deformable_detr,
     "rt_detr": _rt_detr,
-    "rt_detr_v2": lambda w, q, n: _rt_detr(w, q, n, v2=True),
+    "rt_detr_v2": lambda w, q, n: _rt_detr(w, q, n, "RTDetrV2"),
+    # D-FINE's and DEIM's own sizes sample 3, 6 and 3 points on their three levels
+    "d_fine": lambda w, q, n: _rt_detr(w, q, n, "DFine", decoder_n_points=[3, 6, 3]),
+    "deimv2": lambda w, q, n: _rt_detr(w, q, n, "Deimv2", decoder_n_points=[3, 6, 3]),
     "mask2former": _mask2former,
 }
 

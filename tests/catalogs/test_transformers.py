@@ -52,8 +52,9 @@ def _model_group(name):
 
 def _require(group_id):
     """Skip where the installed release lacks the group's target (another structure)."""
+    decl = GROUPS[group_id].declarations[0]
     try:
-        resolve(GROUPS[group_id].declarations[0].target)
+        resolve(getattr(decl, "owner", decl.target))  # replace_stored: a name it adds
     except ResolutionError as err:
         pytest.skip(f"transformers {transformers.__version__}: {err}")
 
@@ -63,9 +64,10 @@ def _module(model):
 
 
 def _target(group):
+    """(namespace, name) of the place the group writes (``.get``: replace_stored adds it)."""
     path = group.declarations[0].target
     owner, name = path.rsplit(".", 1)
-    if name == "forward":
+    if name == "forward" or group.declarations[0].kind == "replace_stored":
         owner, cls = owner.rsplit(".", 1)
         return vars(getattr(importlib.import_module(owner), cls)), name
     return vars(importlib.import_module(owner)), name
@@ -135,13 +137,13 @@ def test_whole_model_outputs_and_gradients_match_and_roll_back(name, device, op_
     dtype = torch.float64 if device == "cpu" else torch.float32
     built = _scrambled(name, dtype, device)
     namespace, attr = _target(group)
-    original = namespace[attr]
+    original = namespace.get(attr)
     stock = _run(built)
     with tpa.applied(groups=[group.id], strict=True):
-        assert namespace[attr] is not original
+        assert namespace.get(attr) is not original
         optimized = _run(built)
     assert op_calls, "the model never reached ms_deform_attn"
-    assert namespace[attr] is original
+    assert namespace.get(attr) is original
     if device == "cpu":
         _close(optimized[0], stock[0])
         _close(optimized[1], stock[1])
@@ -169,11 +171,25 @@ def _call_site_inputs(n=2, lq=5, m=2, d=4, levels=((6, 5), (3, 2)), p=3):
 
 
 def _form(group):
-    """How the model calls the group's target: a module's forward, the function, or v2's."""
-    target = group.declarations[0].target
-    if target.endswith(".forward"):
+    """How the model calls the group's target: a module's forward, the function, v2's, or
+    v2's stored on the attention module (replace_stored)."""
+    decl = group.declarations[0]
+    if decl.kind == "replace_stored":
+        return "stored"
+    if decl.target.endswith(".forward"):
         return "class"
-    return "v2" if target.endswith("_v2") else "function"
+    return "v2" if decl.target.endswith("_v2") else "function"
+
+
+def _stored_instance(group):
+    """An attention module built before apply() (transformers' default config of the model),
+    holding transformers' function: what replace_stored must reach."""
+    decl = group.declarations[0]
+    cls = resolve(decl.owner).found
+    config = getattr(transformers, cls.__name__.replace("MultiscaleDeformableAttention", "Config"))
+    instance = cls(config())
+    assert vars(instance)[decl.attribute] is resolve(decl.original).found
+    return instance
 
 
 def _call(form, fn, value, shapes, shape_list, loc, weights):
@@ -182,7 +198,7 @@ def _call(form, fn, value, shapes, shape_list, loc, weights):
         return fn(value, shapes, shape_list, starts, loc, weights, 64)
     if form == "function":
         return fn(value, shape_list, loc, weights)
-    n, lq, m, levels, p, _ = loc.shape
+    n, lq, m, levels, p, _ = loc.shape  # v2 and stored: v2's signature
     return fn(value, shape_list, loc.flatten(3, 4), weights.flatten(3, 4), [p] * levels)
 
 
@@ -195,11 +211,14 @@ def test_call_site_forward_and_gradients_match(group_id, device, op_calls):
     group = GROUPS[group_id]
     form = _form(group)
     module = _module(name)
+    fn = None
     if form == "class":
         instance = module.MultiScaleDeformableAttention()
         fn = instance  # nn.Module.__call__ looks forward up on the class at each call
-    else:
-        fn = None
+    elif form == "stored":
+        instance = _stored_instance(group)
+        attribute = group.declarations[0].attribute
+        fn = lambda *args: getattr(instance, attribute)(*args)  # noqa: E731 (read at each call)
     inputs = _call_site_inputs()
 
     def run(dtype=torch.float64, on=device):
@@ -212,13 +231,14 @@ def test_call_site_forward_and_gradients_match(group_id, device, op_calls):
 
     dtype = torch.float64 if device == "cpu" else torch.float32
     namespace, attr = _target(group)
-    original = namespace[attr]
-    assert evidence.math_problems(original) == []
+    original = namespace.get(attr)
+    replaced = resolve(getattr(group.declarations[0], "original", group.declarations[0].target))
+    assert evidence.math_problems(replaced.found) == []
     stock = run(dtype)
     with tpa.applied(groups=[group_id], strict=True):
         optimized = run(dtype)
     assert op_calls
-    assert namespace[attr] is original
+    assert namespace.get(attr) is original
     if device == "cpu":
         _close(optimized, stock)
     else:
@@ -259,6 +279,38 @@ def test_rt_detr_v2_uneven_points_per_level_reach_our_op_and_match(op_calls):
         ours = grads(*leaves)
     assert len(op_calls) == 1
     _close(ours, stock)
+
+
+@pytest.mark.parametrize("model", list(catalog.STORED_V2_MODELS))
+def test_stored_function_is_ours_for_every_instance_and_theirs_after(model):
+    """Built before or while applied, every attention module reads our function while applied
+    and transformers' after: nothing of ours stays in an instance."""
+    group_id = _model_group(model)
+    decl = GROUPS[group_id].declarations[0]
+    theirs = resolve(decl.original).found
+    before = _stored_instance(GROUPS[group_id])
+    with tpa.applied(groups=[group_id], strict=True):
+        during = _stored_instance(GROUPS[group_id])
+        for instance in (before, during):
+            assert isinstance(getattr(instance, decl.attribute), _core.Dispatcher)
+    for instance in (before, during):
+        assert getattr(instance, decl.attribute) is theirs
+        assert vars(instance)[decl.attribute] is theirs
+
+
+def test_a_changed_init_of_a_stored_group_is_blocked_naming_it(monkeypatch):
+    """The __init__ storing the function is evidence too (no math markers: it has none)."""
+    group_id = _model_group("d_fine")
+    decl = GROUPS[group_id].declarations[0]
+    known = {host_code.fingerprint(resolve(p).found): {"code": p, "releases": ["1.0"]}
+             for p in (decl.original, *decl.callers)}
+    monkeypatch.setattr(host_code, "validated", lambda _: known)
+    monkeypatch.delenv(evidence.EVIDENCE.env, raising=False)
+    group = tpa.check(groups=[group_id]).group(group_id)
+    assert group.reasons == ["compatibility.incompatible"]
+    text = str(group.to_dict()["checks"])
+    assert "DFineMultiscaleDeformableAttention.__init__ is not a validated version" in text
+    assert "no longer does" not in text and "math markers" not in text
 
 
 def test_every_group_whose_code_this_release_has_applies():

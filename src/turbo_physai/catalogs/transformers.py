@@ -10,13 +10,13 @@ module-level ``multi_scale_deformable_attention`` from ``<M>MultiscaleDeformable
 (``transformers.<m>.msda_function``). Where a release lacks a model or a structure, the group is
 blocked with ``target.unresolved``. Every model module defines its own copy of the class or
 function, so no module re-exports another's: there are no aliases to declare. Declaring imports
-nothing; see docs/catalogs/transformers.md for the groups, the releases validated, the models left
-out (D-FINE, DEIMv2) and why.
+nothing; see docs/catalogs/transformers.md for the groups and the releases validated. D-FINE and
+DEIMv2 store the v2 function on each attention module: ``replace_stored`` reaches them.
 """
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace, wrap
+from ..engine.declarations import group, replace, replace_stored, wrap
 from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
@@ -113,6 +113,32 @@ RT_DETR_V2 = _msda_group(
 )
 
 
+#: Models whose attention module stores the v2 function on each instance in ``__init__``
+#: (``self.ms_deformable_attn_core = multi_scale_deformable_attention_v2``) and calls it from
+#: there: replacing the module function would miss instances built before apply() and outlive
+#: rollback() in those built while applied, so ``replace_stored`` answers the instance's read.
+STORED_V2_MODELS = {
+    "d_fine": "DFineMultiscaleDeformableAttention",
+    "deimv2": "Deimv2MultiscaleDeformableAttention",
+}
+_STORED_GROUPS = tuple(
+    group(
+        f"transformers.{model}.msda",
+        replace_stored(
+            owner=f"{_module(model)}.{cls}",
+            attribute="ms_deformable_attn_core",
+            original=f"{_module(model)}.multi_scale_deformable_attention_v2",
+            replacement=f"{_OPS}.transformers_function_v2",
+            runtime_condition=f"{_OPS}.v2_supported",
+            callers=f"{_module(model)}.{cls}.forward",
+        ),
+        depends_on=(COMMON,),
+        compatibility_check=_CHECK,
+    )
+    for model, cls in STORED_V2_MODELS.items()
+)
+
+
 def _compile_group(model: str, *classes: str, name: str = "compile"):
     # depends_on the model's MSDA group: the compiled code then holds our op as one graph node
     # (a torch.library custom op with a fake implementation), the combination the tests check
@@ -203,6 +229,7 @@ GROUPS = (
     *_FUNCTION_GROUPS,
     *_LEGACY_GROUPS,
     RT_DETR_V2,
+    *_STORED_GROUPS,
     COMPILE_DEFORMABLE_DETR,
     COMPILE_DEFORMABLE_DETR_MODEL,
     COMPILE_RT_DETR,
@@ -213,7 +240,10 @@ GROUPS = (
 )
 
 #: The MSDA groups (each replaces one model's MSDA code), for every structure of every release.
-MSDA_IDS = tuple(g.id for g in (*_CLASS_GROUPS, *_FUNCTION_GROUPS, *_LEGACY_GROUPS, RT_DETR_V2))
+MSDA_IDS = tuple(
+    g.id
+    for g in (*_CLASS_GROUPS, *_FUNCTION_GROUPS, *_LEGACY_GROUPS, RT_DETR_V2, *_STORED_GROUPS)
+)
 
 
 def msda_group(model: str) -> str:
@@ -222,8 +252,9 @@ def msda_group(model: str) -> str:
 
     declared = [g for g in GROUPS if g.id in MSDA_IDS and g.id.split(".")[1] == model]
     for g in declared:
+        decl = g.declarations[0]
         try:
-            resolve(g.declarations[0].target)
+            resolve(getattr(decl, "owner", decl.target))  # replace_stored writes a new name
         except ResolutionError:
             continue
         return g.id
