@@ -11,7 +11,9 @@
 # which and how to download them) are installed with --no-deps into /tmp/site; a transformers wheel among them goes to its own folder and is used only for the
 # second test pass (TESTS_CARRIED, default tests/catalogs). Logs and every result file the run
 # writes come back as $OUT/gpu_session.tar.gz; the summary is printed last. PYTEST_ARGS go to
-# both test passes (e.g. "-n 4": the GPU is shared by the workers).
+# both test passes (e.g. "-n 4": the GPU is shared by the workers). ONLY_IDS=FILE (node IDs, one
+# per line) keeps only those tests of the image pass (benchmarks/pytest_only.py): a rerun of what
+# a timed-out pass never reached.
 #
 # Every step runs under `timeout`, within DEADLINE seconds of the start (default 540: the device
 # tool kills a command at 600 s, and then nothing comes back); TEST_TIMEOUT (default 240) and
@@ -54,12 +56,15 @@ print("torch", torch.__version__, "transformers", transformers.__version__,
 EOF
 
 run_tests() {  # name, extra PYTHONPATH, paths...
-    local name=$1 extra=$2
+    local name=$1 extra=$2 only=()
     shift 2
+    [ -n "${ONLY_IDS:-}" ] && [ "$name" = image ] && only=(-p pytest_only)
+    extra=$extra${ONLY_IDS:+$PWD/benchmarks:}
     # shellcheck disable=SC2086
     # SIGINT first: pytest then prints its summary with the test it was in
     PYTHONPATH=$extra$PYTHONPATH timeout -s INT -k 20 "$(budget "${TEST_TIMEOUT:-240}")" \
-        python3 -m pytest "$@" ${PYTEST_ARGS:-} -q -p no:cacheprovider -rfE \
+        env TPA_ONLY_IDS="${ONLY_IDS:-}" python3 -m pytest "$@" "${only[@]}" ${PYTEST_ARGS:-} -q \
+        -p no:cacheprovider -rfE \
         --junitxml="$logs/pytest-$name.xml" >"$logs/pytest-$name.log" 2>&1
     note "pytest $name ($*): $(tail -1 "$logs/pytest-$name.log")"
     grep -E '^(FAILED|ERROR) ' "$logs/pytest-$name.log" | head -20
