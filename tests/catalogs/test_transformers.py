@@ -298,6 +298,32 @@ def test_stored_function_is_ours_for_every_instance_and_theirs_after(model):
         assert vars(instance)[decl.attribute] is theirs
 
 
+def test_stored_groups_compile_with_the_op_in_one_graph(op_calls):
+    """Under torch.compile the runtime condition is traced, not a graph break: the uneven 3/6/3
+    call compiles with fullgraph=True (aot_eager: forward and backward) and matches stock."""
+    group = GROUPS[_model_group("d_fine")]
+    instance = _stored_instance(group)
+    value, shapes, shape_list, loc, weights = _call_site_inputs(levels=((6, 5), (3, 2), (2, 2)),
+                                                                p=6)
+    uneven = [3, 6, 3]
+    leaves = (value, loc.flatten(3, 4)[..., :12, :], weights.flatten(3, 4)[..., :12])
+
+    def run(fn):
+        tensors = [t.clone().requires_grad_() for t in leaves]
+        out = fn(tensors[0], shape_list, tensors[1], tensors[2], uneven)
+        return [out.detach(), *torch.autograd.grad((out * out).sum(), tensors)]
+
+    stock = run(instance.ms_deformable_attn_core)
+    torch._dynamo.reset()
+    with tpa.applied(groups=[group.id], strict=True):
+        compiled = torch.compile(lambda *args: instance.ms_deformable_attn_core(*args),
+                                 backend="aot_eager", fullgraph=True)
+        ours = run(compiled)
+    torch._dynamo.reset()
+    assert op_calls
+    _close(ours, stock)
+
+
 def test_a_changed_init_of_a_stored_group_is_blocked_naming_it(monkeypatch):
     """The __init__ storing the function is evidence too (no math markers: it has none)."""
     group_id = _model_group("d_fine")

@@ -159,3 +159,37 @@ def test_torch_modules_compile_through_the_descriptor():
     assert "core" not in vars(Attention)
     module.core = lib.core
     torch.testing.assert_close(module(x), module.proj(x))
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+        self.core = core
+
+    def forward(self, x):
+        return self.core(x, self.scale)[1]
+
+
+def doubled(x, scale=1):
+    return ("ours", x * scale * 2)
+
+
+def small_scale(x, scale=1):
+    return scale < 10
+
+
+@pytest.mark.parametrize(("scale", "factor"), [(3, 2), (30, 1)])
+def test_a_runtime_condition_is_traced_by_torch_compile(scale, factor):
+    """The native Dispatcher is a graph break for dynamo; while compiling, the descriptor gives
+    a Python choice that it traces (fullgraph=True raises on any break)."""
+    g = group("stored", replace_stored(f"{__name__}.Scaled", "core", f"{LIB}.core",
+                                       f"{__name__}.doubled",
+                                       runtime_condition=f"{__name__}.small_scale"))
+    module, x = Scaled(scale), torch.randn(4)
+    torch._dynamo.reset()
+    with tpa.applied(groups=[g], strict=True):
+        compiled = torch.compile(module, backend="eager", fullgraph=True)
+        torch.testing.assert_close(compiled(x), x * scale * factor)
+        torch.testing.assert_close(module(x), x * scale * factor)  # eager: the Dispatcher
+    torch._dynamo.reset()
