@@ -148,6 +148,22 @@ def test_v2_point_counts_that_do_not_add_up():
     assert libreyolo_ms_deform_attn_v2(value, as_list, loc, attn, [0, 4]) is None
 
 
+@pytest.mark.parametrize("decline", ["integer value", "6-dim locations", "weights on meta"])
+def test_v2_declines_what_the_op_cannot_take_before_padding(decline, monkeypatch):
+    """LibreYOLO runs its own path on None: no padding work is spent on such inputs."""
+    value, shapes, _, loc, attn = _inputs(p=2)
+    loc, attn = loc.flatten(3, 4), attn.flatten(3, 4)
+    if decline == "integer value":
+        value = value.long()
+    elif decline == "6-dim locations":
+        loc = loc.unflatten(3, (2, 2))
+    else:
+        attn = attn.to("meta")
+    monkeypatch.setattr(frontends, "_even_points", lambda *a: pytest.fail("padded"))
+    as_list = [tuple(s) for s in shapes.tolist()]
+    assert libreyolo_ms_deform_attn_v2(value, as_list, loc, attn, [1, 3]) is None
+
+
 def test_levels_cache_is_bounded_and_evicts_the_oldest(levels_cache):
     device = torch.device("cpu")
     for h in range(1, frontends._LEVELS_MAX + 5):

@@ -196,9 +196,10 @@ def libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, atten
     RT-DETRv2, D-FINE and DEIM carry them, uneven counts per level (D-FINE's and DEIM's
     ``[3, 6, 3]``) included (:func:`_even_points`); None where the counts do not fit."""
     levels = len(num_points_list)
-    if levels == 0 or len(spatial_shapes) != levels or min(num_points_list) < 1 \
+    if not libreyolo_supported(value, sampling_locations, attention_weights, ranks=(4, 5, 4)) \
+            or levels == 0 or len(spatial_shapes) != levels or min(num_points_list) < 1 \
             or sum(num_points_list) != attention_weights.shape[-1]:
-        return None
+        return None  # declined before any padding work
     loc, weights = _even_points(sampling_locations, attention_weights, num_points_list)
     return libreyolo_ms_deform_attn(value, spatial_shapes, loc, weights)
 
@@ -206,15 +207,16 @@ def libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, atten
 _SIXTEEN_BITS = (torch.float16, torch.bfloat16)
 
 
-def libreyolo_supported(value, sampling_locations, attention_weights) -> bool:
-    """The inputs LibreYOLO may hand its slot that our op computes: the slot's ranks, one CPU or
-    CUDA device (CUDA only where this build has the kernels), and the op's dtype rule (locations
-    and weights alike, value the same or 16-bit beside float32 ones; any floats under autocast,
-    which the op promotes). Anything else is LibreYOLO's to run."""
-    if not (isinstance(value, torch.Tensor) and isinstance(sampling_locations, torch.Tensor)
-            and isinstance(attention_weights, torch.Tensor)):
+def libreyolo_supported(value, sampling_locations, attention_weights, ranks=(4, 6, 5)) -> bool:
+    """The inputs LibreYOLO may hand its slot that our op computes: the slot's ranks (``ranks``:
+    value, locations, weights; the v2 adapter's points are concatenated, one rank less), one CPU
+    or CUDA device (CUDA only where this build has the kernels), and the op's dtype rule
+    (locations and weights alike, value the same or 16-bit beside float32 ones; any floats under
+    autocast, which the op promotes). Anything else is LibreYOLO's to run."""
+    tensors = (value, sampling_locations, attention_weights)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
         return False
-    if value.dim() != 4 or sampling_locations.dim() != 6 or attention_weights.dim() != 5:
+    if tuple(t.dim() for t in tensors) != tuple(ranks):
         return False
     device = value.device
     if device.type not in ("cpu", "cuda") or sampling_locations.device != device \
