@@ -128,6 +128,29 @@ def test_compatibility_checks_see_what_the_group_reads(monkeypatch):
     }
 
 
+def test_generated_evidence_covers_the_code_relied_on_and_a_change_blocks():
+    """turbo-physai generate records the function and the __init__ storing it; a config whose
+    hashes no longer match blocks (overrideable, as for replace)."""
+    from turbo_physai.config.generator import evidence
+
+    g = stored()
+    trust = evidence(g)
+    assert set(trust.source_hashes) == {f"{LIB}.core", f"{LIB}.Holder.__init__"}
+    config = tpa.OptimizationConfig((tpa.GroupSelection("stored", trust=trust),))
+    result = tpa.check(config, groups=[g]).group("stored")
+    assert result.decision == "apply"
+    assert [c.message for c in result.checks if c.code == "source.identity"] == [
+        f"{LIB}.core", f"{LIB}.Holder.__init__"]
+    stale = tpa.Trust({f"{LIB}.Holder.__init__": ("source-v1:" + "0" * 64,)})
+    config = tpa.OptimizationConfig((tpa.GroupSelection("stored", trust=stale),))
+    result = tpa.check(config, groups=[g]).group("stored")
+    assert result.reasons == ["source.identity"]
+    assert f"{LIB}.Holder.__init__ changed since the config was generated" in str(
+        result.to_dict()["checks"])
+    assert tpa.check(config, groups=[g], force_groups=["stored"]).group("stored").decision == (
+        "apply")
+
+
 torch = pytest.importorskip("torch")
 
 

@@ -87,22 +87,28 @@ def generate(
 
 
 def evidence(group: Group) -> Trust:
-    """Hashes of every replace/wrap target of ``group`` as it is installed here."""
+    """Hashes of every replace/wrap target of ``group`` as it is installed here, and of the code
+    a replace_stored relies on (the function, the ``__init__`` storing it, its callers)."""
     source: dict[str, tuple[str, ...]] = {}
     tree: dict[str, tuple[str, ...]] = {}
     for decl in group.declarations:
-        if decl.kind not in ("replace", "wrap"):
+        if decl.kind in ("replace", "wrap"):
+            paths, optional = (decl.target,), decl.optional
+        elif decl.kind == "replace_stored":  # the code it relies on; its target is a new name
+            paths, optional = (*decl.replaces, *decl.reads), False
+        else:
             continue  # import-compatibility targets may not even be importable: no hash
-        try:
-            location = resolve(decl.target)
-        except ResolutionError as err:
-            if decl.optional:  # a target this release lacks: nothing here to vouch for
-                continue
-            raise GenerateError(f"group {group.id!r}: target {decl.target!r}: {err}") from None
-        src, ast_ = record(location.found)
-        source[decl.target] = tuple(src)
-        if ast_:
-            tree[decl.target] = tuple(ast_)
+        for path in paths:
+            try:
+                location = resolve(path)
+            except ResolutionError as err:
+                if optional:  # a target this release lacks: nothing here to vouch for
+                    continue
+                raise GenerateError(f"group {group.id!r}: target {path!r}: {err}") from None
+            src, ast_ = record(location.found)
+            source[path] = tuple(src)
+            if ast_:
+                tree[path] = tuple(ast_)
     return Trust(source, tree)
 
 

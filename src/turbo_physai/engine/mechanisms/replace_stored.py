@@ -19,10 +19,10 @@ import textwrap
 from typing import Any
 
 from ... import _core
-from .. import kinds
+from .. import evidence, kinds
 from ..declarations import ReplaceStored
-from ..paths import MISSING, ResolutionError, lookup_raw, resolve_object
-from ..report import FAIL, PASS, UNKNOWN, Check
+from ..paths import MISSING, ResolutionError, lookup_raw, resolve, resolve_object
+from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
 from .base import PrepareContext, Prepared, Transaction
 from .object_patch import _compare, _condition
 
@@ -71,6 +71,7 @@ def prepare(decl: ReplaceStored, ctx: PrepareContext) -> Prepared:
         return patch
     checks.append(Check("target.resolve", PASS, actual="instance attribute"))
     checks.append(_stores(owner, decl, original))
+    _check_evidence(decl, ctx, checks)
     try:
         new = resolve_object(decl.replacement)
     except ResolutionError as err:
@@ -134,6 +135,23 @@ def stored_property(attribute: str, original: Any, new: Any, traced: Any = None)
             raise AttributeError(attribute) from None
 
     return property(get, set_, delete, doc=f"turbo_physai replace_stored: {attribute}")
+
+
+def _check_evidence(decl: ReplaceStored, ctx: PrepareContext, checks: list[Check]) -> None:
+    """The config's recorded hashes (``turbo-physai generate``) of the code relied on."""
+    if ctx.trust.empty:
+        checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
+        return
+    for path in (*decl.replaces, *decl.reads):
+        accepted = evidence.recorded(
+            ctx.trust.source_hashes.get(path, ()), ctx.trust.ast_hashes.get(path, ())
+        )
+        try:
+            found = resolve(path).found
+        except ResolutionError as err:
+            checks.append(Check("source.identity", FAIL, str(err), reason="target.unresolved"))
+            continue
+        checks.append(evidence.verify(path, found, accepted))
 
 
 def _stores(owner: type, decl: ReplaceStored, original: Any) -> Check:
