@@ -86,6 +86,17 @@ def test_what_cannot_be_served_blocks_the_group_naming_it(kwargs, reason, words)
     assert "core" not in vars(lib.Holder) and lib.ClassLevel.core is lib.core
 
 
+def test_an_original_another_group_replaced_blocks_instead_of_reaching_nothing():
+    # a runtime_condition makes the installed object the engine's Dispatcher
+    first = group("first", tpa.replace(f"{LIB}.core", f"{LIB}.other",
+                                       runtime_condition=f"{LIB}.small"))
+    with tpa.applied(groups=[first], strict=True):
+        result = tpa.check(groups=[stored()]).group("stored")
+    assert result.reasons == ["replace_stored.original_replaced"]
+    assert "tpa_stored_lib.core is a turbo_physai replacement" in str(result.to_dict()["checks"])
+    assert tpa.check(groups=[stored()]).group("stored").decision == "apply"  # once rolled back
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [

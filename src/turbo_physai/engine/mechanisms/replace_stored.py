@@ -70,6 +70,18 @@ def prepare(decl: ReplaceStored, ctx: PrepareContext) -> Prepared:
         )
         return patch
     checks.append(Check("target.resolve", PASS, actual="instance attribute"))
+    if _installed_by_us(original):
+        # Another group replaced the module function first: instances store the function it
+        # replaced, never this one, so the group would reach nothing. Say so instead.
+        checks.append(
+            _fail(
+                "replace_stored.original",
+                f"{decl.original} is a turbo_physai replacement installed by another group "
+                "(instances store the function it replaced); apply one of the two groups",
+                "replace_stored.original_replaced",
+            )
+        )
+        return patch
     checks.append(_stores(owner, decl, original))
     _check_evidence(decl, ctx, checks)
     try:
@@ -135,6 +147,12 @@ def stored_property(attribute: str, original: Any, new: Any, traced: Any = None)
             raise AttributeError(attribute) from None
 
     return property(get, set_, delete, doc=f"turbo_physai replace_stored: {attribute}")
+
+
+def _installed_by_us(obj: Any) -> bool:
+    return isinstance(obj, _core.Dispatcher) or (
+        getattr(obj, "__module__", None) or ""
+    ).startswith("turbo_physai.")
 
 
 def _check_evidence(decl: ReplaceStored, ctx: PrepareContext, checks: list[Check]) -> None:
