@@ -144,6 +144,14 @@ def unwrap_descriptor(raw: Any) -> Any:
     return raw
 
 
+def installed_by_us(obj: Any) -> bool:
+    """A turbo_physai replacement or its runtime-condition dispatcher (``_core.Dispatcher``)."""
+    obj = unwrap_descriptor(obj)
+    return any(
+        (getattr(x, "__module__", None) or "").startswith("turbo_physai.") for x in (obj, type(obj))
+    )
+
+
 def resolve_module(path: str) -> types.ModuleType:
     module = import_module(path)
     if not isinstance(module, types.ModuleType):

@@ -56,7 +56,7 @@ def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
     checks.append(Check("target.resolve", PASS, actual=kind))
     patch.locations.append(target)
     _check_aliases(decl, original, patch)
-    _check_evidence(decl, target, ctx, checks)
+    check_trust(ctx, [(decl.target, target.found)], checks)
 
     try:
         new = resolve_object(decl.replacement)
@@ -138,15 +138,17 @@ def _check_aliases(decl: Replace, original: Any, patch: ObjectPatch) -> None:
         patch.locations.append(loc)
 
 
-def _check_evidence(decl: Replace, target: Location, ctx: PrepareContext, checks: list[Check]):
+def check_trust(ctx: PrepareContext, located: list[tuple[str, Any]], checks: list[Check]):
+    """``source.identity`` of each (path, object) against the config's recorded hashes."""
     if ctx.trust.empty:
         checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
         return
-    # Evidence is recorded per target path (TurboPhysAI's v1 layout); formats in evidence.py.
-    accepted = evidence.recorded(
-        ctx.trust.source_hashes.get(decl.target, ()), ctx.trust.ast_hashes.get(decl.target, ())
-    )
-    checks.append(evidence.verify(decl.target, target.found, accepted))
+    # Evidence is recorded per path (TurboPhysAI's v1 layout); formats in evidence.py.
+    for path, found in located:
+        accepted = evidence.recorded(
+            ctx.trust.source_hashes.get(path, ()), ctx.trust.ast_hashes.get(path, ())
+        )
+        checks.append(evidence.verify(path, found, accepted))
 
 
 def _signature_check(found: Any, new: Any) -> Check:

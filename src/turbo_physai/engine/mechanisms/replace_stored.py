@@ -19,12 +19,12 @@ import textwrap
 from typing import Any
 
 from ... import _core
-from .. import evidence, kinds
+from .. import kinds
 from ..declarations import ReplaceStored
-from ..paths import MISSING, ResolutionError, lookup_raw, resolve, resolve_object
-from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
+from ..paths import MISSING, ResolutionError, installed_by_us, lookup_raw, resolve, resolve_object
+from ..report import FAIL, PASS, UNKNOWN, Check
 from .base import PrepareContext, Prepared, Transaction
-from .object_patch import _compare, _condition
+from .object_patch import _compare, _condition, check_trust
 
 
 class StoredPatch(Prepared):
@@ -70,7 +70,7 @@ def prepare(decl: ReplaceStored, ctx: PrepareContext) -> Prepared:
         )
         return patch
     checks.append(Check("target.resolve", PASS, actual="instance attribute"))
-    if _installed_by_us(original):
+    if installed_by_us(original):
         # Another group replaced the module function first: instances store the function it
         # replaced, never this one, so the group would reach nothing. Say so instead.
         checks.append(
@@ -149,27 +149,15 @@ def stored_property(attribute: str, original: Any, new: Any, traced: Any = None)
     return property(get, set_, delete, doc=f"turbo_physai replace_stored: {attribute}")
 
 
-def _installed_by_us(obj: Any) -> bool:
-    return isinstance(obj, _core.Dispatcher) or (
-        getattr(obj, "__module__", None) or ""
-    ).startswith("turbo_physai.")
-
-
 def _check_evidence(decl: ReplaceStored, ctx: PrepareContext, checks: list[Check]) -> None:
     """The config's recorded hashes (``turbo-physai generate``) of the code relied on."""
-    if ctx.trust.empty:
-        checks.append(Check("source.identity", NOT_APPLICABLE, "no evidence recorded"))
-        return
+    located = []
     for path in (*decl.replaces, *decl.reads):
-        accepted = evidence.recorded(
-            ctx.trust.source_hashes.get(path, ()), ctx.trust.ast_hashes.get(path, ())
-        )
         try:
-            found = resolve(path).found
+            located.append((path, resolve(path).found))
         except ResolutionError as err:
             checks.append(Check("source.identity", FAIL, str(err), reason="target.unresolved"))
-            continue
-        checks.append(evidence.verify(path, found, accepted))
+    check_trust(ctx, located, checks)
 
 
 def _stores(owner: type, decl: ReplaceStored, original: Any) -> Check:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ...engine.context import CompatibilityResult
 from ...engine.evidence import _canonical
-from ...engine.paths import ResolutionError, resolve, unwrap_descriptor
+from ...engine.paths import ResolutionError, installed_by_us, resolve, unwrap_descriptor
 
 #: The fingerprint format, part of every recorded fingerprint: named after the groups that
 #: first recorded it (transformers' MSDA, across 4.46 to 5.24), kept so those records stay valid.
@@ -121,7 +121,7 @@ def judge(
         obj = resolve(path).found
     except ResolutionError as err:
         return (f"{head}: {path} is missing ({err}); validate it: {how}" if required else None), []
-    if _ours(obj):
+    if installed_by_us(obj):
         return None, []
     fp = fingerprint(obj)
     known = validated(evidence)
@@ -163,14 +163,6 @@ def check(context, evidence: Evidence) -> CompatibilityResult:
     on = ", ".join(sorted(matched, key=_key)) or "this release, being validated or applied"
     return CompatibilityResult(
         True, expected, installed, f"{evidence.package} {installed}: the code validated on {on}"
-    )
-
-
-def _ours(obj: Any) -> bool:
-    """A turbo_physai replacement or its runtime-condition dispatcher (``_core.Dispatcher``)."""
-    obj = unwrap_descriptor(obj)
-    return any(
-        (getattr(x, "__module__", None) or "").startswith("turbo_physai.") for x in (obj, type(obj))
     )
 
 
