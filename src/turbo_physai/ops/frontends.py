@@ -186,6 +186,10 @@ def libreyolo_ms_deform_attn(value, spatial_shapes, sampling_locations, attentio
     from our family groups, the model's list of ``(H, W)``."""
     if not libreyolo_supported(value, sampling_locations, attention_weights):
         return None
+    return _libreyolo_msda(value, spatial_shapes, sampling_locations, attention_weights)
+
+
+def _libreyolo_msda(value, spatial_shapes, sampling_locations, attention_weights):
     shapes, starts = _levels(spatial_shapes, value.device)
     return _msda(value, shapes, starts, sampling_locations, attention_weights)
 
@@ -201,7 +205,7 @@ def libreyolo_ms_deform_attn_v2(value, spatial_shapes, sampling_locations, atten
             or sum(num_points_list) != attention_weights.shape[-1]:
         return None  # declined before any padding work
     loc, weights = _even_points(sampling_locations, attention_weights, num_points_list)
-    return libreyolo_ms_deform_attn(value, spatial_shapes, loc, weights)
+    return _libreyolo_msda(value, spatial_shapes, loc, weights)  # supported: checked above
 
 
 _SIXTEEN_BITS = (torch.float16, torch.bfloat16)
