@@ -7,10 +7,10 @@ functions each module imports by name from ``libreyolo.kernels.attention.ms_defo
 ``ms_deform_attn_available`` (False under tracing, ``torch.compile`` and export, so compiled and
 exported models always run grid_sample), ``maybe_ms_deform_attn`` / ``maybe_ms_deform_attn_v2``
 (walk the slot, None to fall back) and ``spatial_shapes_tensor``. The family groups replace those
-module globals with the functions below. The grid_sample functions themselves cannot be replaced
-with an exact rollback: the attention modules store them on each instance in ``__init__``
-(``self.ms_deformable_attn_core = ...``), which a replacement reaches only for models built while
-applied and which would keep it after rollback; the globals they read are looked up at every call.
+module globals with the functions below: the globals are looked up at every call, so that is
+enough. (The grid_sample functions themselves are stored on each attention instance in
+``__init__``; replacing them would take ``replace_stored``, as the transformers catalog does for
+D-FINE and DEIMv2.)
 
 Our op is a ``torch.library`` custom op with a fake implementation and autograd, so these take
 part under ``torch.compile`` and ``torch.export`` too. ONNX export stays on LibreYOLO's path
