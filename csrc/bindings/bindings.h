@@ -17,6 +17,7 @@ void bind_fake_quant_int8(nb::module_ &m);
 void bind_fake_quant_int_grouped(nb::module_ &m);
 void bind_fake_quant_fp4(nb::module_ &m);
 void bind_ms_deform_attn(nb::module_ &m);
+void bind_linear_sum_assignment(nb::module_ &m);
 
 /// A group's transition switch (switch.cpp), the condition of its gates.
 struct Switch;

@@ -13,4 +13,5 @@ NB_MODULE(_core, m) {
     turbo_physai::bindings::bind_fake_quant_int_grouped(m);
     turbo_physai::bindings::bind_fake_quant_fp4(m);
     turbo_physai::bindings::bind_ms_deform_attn(m);
+    turbo_physai::bindings::bind_linear_sum_assignment(m);
 }

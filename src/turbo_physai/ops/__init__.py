@@ -3,6 +3,7 @@
 Importing this package imports torch (the top-level ``turbo_physai`` package does not).
 """
 
+from turbo_physai.ops.linear_sum_assignment import linear_sum_assignment
 from turbo_physai.ops.ms_deform_attn import ms_deform_attn, ms_deform_attn_reference
 
-__all__ = ["ms_deform_attn", "ms_deform_attn_reference"]
+__all__ = ["linear_sum_assignment", "ms_deform_attn", "ms_deform_attn_reference"]
