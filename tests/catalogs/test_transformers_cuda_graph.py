@@ -1,10 +1,10 @@
 """transformers.<model>.cuda_graph and the shipped config turbo_physai.deformable_detr.cuda_graph.
 
 The whole training step of issue 29 (forward with labels: the DETR loss with Hungarian matching,
-backward, AdamW) with the model forward and backward replayed as CUDA graphs must give the losses
-and gradients of eager-with-our-op bit for bit, dropout off (a replay draws other random
-numbers). On the CPU the group applies, rolls back, and runs the model eagerly with the same
-results; the replays are checked on a GPU (skipped here).
+backward, AdamW) with the forward (model, heads and loss) and backward replayed as CUDA graphs
+must give the losses and gradients of eager-with-our-op bit for bit, dropout off (a replay
+draws other random numbers). On the CPU the group applies, rolls back, and runs the model
+eagerly with the same results; the replays are checked on a GPU (skipped here).
 """
 
 from __future__ import annotations
@@ -111,9 +111,51 @@ def test_on_the_cpu_the_shipped_config_runs_the_model_eagerly_with_the_same_resu
     _assert_identical(got, want)
 
 
+def _corner_error(model, pixels, labels):
+    """The error stock raises for target boxes whose corners are swapped (x1 < x0)."""
+    swapped = [{**t, "boxes": t["boxes"] * torch.tensor([1.0, 1.0, -1.0, 1.0],
+                                                          device=t["boxes"].device)}
+               for t in labels]
+    with pytest.raises(ValueError) as info:
+        model(pixel_values=pixels, labels=swapped)
+    return swapped, str(info.value)
+
+
+def test_the_loss_group_keeps_stock_losses_gradients_and_errors():
+    # On the CPU: the matcher's assignment by our op (scipy's answer), the box checks and the
+    # box count rewritten; everything the training step computes is stock's, bit for bit.
+    model, pixels, labels = _detr()
+    with tpa.applied(EAGER, strict=True):
+        want = _steps(model, pixels, labels, steps=2)
+        _, stock_error = _corner_error(model, pixels, labels)
+    group_id = catalog.LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id
+    with tpa.applied(EAGER, groups=[group_id], strict=True) as report:
+        assert report.group(group_id).decision == "apply"
+        got = _steps(model, pixels, labels, steps=2)
+        _, error = _corner_error(model, pixels, labels)
+    _assert_identical(got, want)
+    assert error == stock_error and error.startswith("boxes2 must be in [x0, y0, x1, y1]")
+
+
+def test_a_loss_without_the_synchronizations_it_knows_blocks_the_group(monkeypatch):
+    from transformers.loss import loss_for_object_detection as detr_loss
+
+    def forward(self, outputs, targets):  # a release that reads its box count otherwise
+        return {}
+
+    monkeypatch.setattr(detr_loss.ImageLoss, "forward", forward)
+    group_id = catalog.LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id
+    found = tpa.check(groups=[group_id]).group(group_id)
+    assert found.reasons == ["compatibility.incompatible"]
+    assert "ImageLoss.forward: test_a_loss_without_the_synchronizations_it_knows_blocks_the_group" \
+        ".<locals>.forward has no host synchronization in a known form" in str(found.to_dict())
+
+
 @cuda
 @pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, deterministic):
+    # The whole forward with labels (model, heads, DETR loss with its matching) is one graph,
+    # its backward another; only the optimizer runs eagerly.
     model, pixels, labels = _detr("cuda")
     with tpa.applied(EAGER, strict=True):
         want = _steps(model, pixels, labels, amp=amp)
@@ -122,10 +164,26 @@ def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, determ
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
             got = _steps(model, pixels, labels, amp=amp)
-        stats = cuda_graph.stats(model)["model"]
-    assert [g["kind"] for g in stats["graphs"]] == ["forward+backward"]
-    assert stats["replays"] == 3 and stats["eager"] == {} and stats["failed"] == []
+        stats = cuda_graph.stats(model)
+    assert [g["kind"] for g in stats["."]["graphs"]] == ["forward+backward"]
+    assert stats["."]["replays"] == 3 and stats["."]["eager"] == {}
+    assert stats["."]["failed"] == [] and stats["model"]["graphs"] == []  # inside the outer one
     _assert_identical(got, want)
+
+
+@cuda
+def test_bad_target_boxes_raise_stocks_error_after_the_replay(deterministic):
+    model, pixels, labels = _detr("cuda")
+    with tpa.applied(EAGER, strict=True):
+        _, stock_error = _corner_error(model.train(), pixels, labels)
+    with tpa.applied(CONFIG, strict=True):
+        _steps(model, pixels, labels, steps=1)  # captured with good boxes
+        swapped, _ = _corner_error(model, pixels, labels)
+        assert cuda_graph.stats(model)["."]["replays"] >= 1
+        with pytest.raises(ValueError, match=r"found after a CUDA graph replay"):
+            model(pixel_values=pixels, labels=swapped)
+        _steps(model, pixels, labels, steps=1)  # good boxes replay again
+    assert stock_error.startswith("boxes2 must be in [x0, y0, x1, y1]")
 
 
 @cuda
@@ -139,6 +197,29 @@ def test_inference_replayed_equals_eager_with_our_op(name, deterministic):
             want = [built.outputs(model(pixel_values=p)) for p in (pixels, pixels.flip(0))]
         with tpa.applied(groups=[group_id], strict=True):
             got = [built.outputs(model(pixel_values=p)) for p in (pixels, pixels.flip(0))]
-            stats = cuda_graph.stats(model)["model"]
+            stats = cuda_graph.stats(model)
+    stats = stats["." if name == "deformable_detr" else "model"]  # heads inside, or outside
     assert [g["kind"] for g in stats["graphs"]] == ["forward"] and stats["replays"] == 2
     _assert_identical(got, want)
+
+
+@cuda
+def test_rt_detr_training_with_labels_runs_whatever_its_capture_makes_of_them():
+    # Denoising queries from the labels: the capture either takes them (then replays) or fails
+    # (then eagerly, saying why); never a crash, never a non-finite loss.
+    built = zoo.build("rt_detr", "tiny", device="cuda")
+    model, pixels = built.model.train(), built.inputs["pixel_values"]
+    labels = [{"class_labels": torch.tensor([1, 2], device="cuda"),
+               "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2], [0.3, 0.4, 0.1, 0.3]],
+                                     device="cuda")} for _ in range(pixels.shape[0])]
+    with tpa.applied(groups=["transformers.rt_detr.cuda_graph"], strict=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for _ in range(2):
+                out = model(pixel_values=pixels, labels=labels)
+                out.loss.backward()
+                assert torch.isfinite(out.loss)
+        stats = cuda_graph.stats(model)["model"]
+    replayed = stats["graphs"] and stats["replays"] == 2
+    failed = [r for r in stats["failed"] if r.startswith("capture failed")]
+    assert replayed or (failed and sum(stats["eager"].values()) == 2), stats

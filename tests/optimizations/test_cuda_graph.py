@@ -19,6 +19,7 @@ from turbo_physai.optimizations.common import cuda_graph
 from .conftest import host_module
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 HOST = """
 import torch
@@ -139,10 +140,10 @@ def test_the_wrapper_keeps_the_original_forward(host):
 
 @pytest.mark.parametrize("call, reason", [
     (lambda net, x: net(x), "no CUDA tensor among the arguments"),
-    (lambda net, x: net(x, extra=[torch.ones(5)]),
-     "argument extra is a list, not a tensor or a plain value"),
-    (lambda net, x: net(x, 1.0, {"a": torch.ones(5)}),
-     "positional argument 2 is a dict, not a tensor or a plain value"),
+    (lambda net, x: net(x, extra=[torch.ones(5), np.float32(1)]),
+     "argument extra[1] is a float32, not a tensor or a plain value"),
+    (lambda net, x: net(x, 1.0, {"a": np.float32(1)}),
+     "argument positional 2['a'] is a float32, not a tensor or a plain value"),
 ])
 def test_calls_it_cannot_capture_run_eagerly_with_one_warning_each(host, call, reason):
     net, x = host.Net().train(), torch.randn(4, 6)

@@ -143,5 +143,88 @@ def test_a_forward_it_cannot_rewrite_blocks_the_group_naming_it(host, name, reas
 
 
 def test_options_are_refused():
-    with pytest.raises(ValueError, match="takes no options, got \\['margin'\\]"):
+    with pytest.raises(ValueError, match="take no options, got \\['margin'\\]"):
         graph_safe.finite_clamp_wrapper(lambda self, x: x, {"margin": 1})
+
+
+LOSS_HOST = '''
+import torch
+
+
+def corners(boxes1):
+    if not (boxes1[:, 2:] >= boxes1[:, :2]).all():
+        raise ValueError(f"boxes1 must be in corner format, but got {boxes1}")
+    if (boxes1 < 0).any():
+        raise RuntimeError("negative")
+    return boxes1.sum()
+
+
+def kept(x):
+    if not (x > 0).all():
+        raise ValueError("x") from None
+    if (x > 0).any():
+        raise ValueError("y")
+    else:
+        pass
+    return x
+
+
+class Loss:
+    def forward(self, targets, world_size=1):
+        num_boxes = torch.as_tensor([float(len(targets))])
+        num_boxes = torch.clamp(num_boxes / world_size, min=1).item()
+        return num_boxes
+
+
+class Matcher:
+    @torch.no_grad()
+    def forward(self, cost_matrix, batch_size, num_queries, sizes):
+        cost_matrix = cost_matrix.view(batch_size, num_queries, -1).cpu()
+        return [linear_sum_assignment(c[i]) for i, c in enumerate(cost_matrix.split(sizes, -1))]
+
+
+def linear_sum_assignment(cost):
+    raise AssertionError("the module's own, not the rewrite's")
+'''
+
+
+@pytest.fixture
+def loss_host(tmp_path, monkeypatch):
+    yield from host_module(tmp_path, monkeypatch, "tpa_graph_safe_loss_host", LOSS_HOST)
+
+
+def test_raise_checks_raise_the_same_errors_eagerly(loss_host):
+    rewritten = graph_safe.loss_wrapper(loss_host.corners, {})
+    good = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    assert torch.equal(rewritten(good), loss_host.corners(good))
+    for bad in (torch.tensor([[0.0, 0.0, -1.0, 1.0]]), torch.tensor([[-2.0, 0.0, -1.0, 1.0]])):
+        with pytest.raises(Exception) as want:
+            loss_host.corners(bad)
+        with pytest.raises(want.type) as got:
+            rewritten(bad)
+        assert str(got.value) == str(want.value)
+
+
+def test_raise_checks_it_does_not_know_stay_and_alone_block(loss_host):
+    with pytest.raises(graph_safe.NotRewritable, match="kept has no host synchronization"):
+        graph_safe.loss_wrapper(loss_host.kept, {})
+
+
+def test_the_box_count_and_the_matchers_cost_rewritten(loss_host):
+    loss = graph_safe.loss_wrapper(vars(loss_host.Loss)["forward"], {})
+    assert loss(loss_host.Loss(), [1, 2, 3], world_size=2) == 1.5
+    calls = []
+
+    def on_device(cost):
+        calls.append(cost.device)
+        return cost.argmin(0), torch.arange(cost.shape[1])
+
+    rules, helpers = graph_safe.LOSS_RULES, {**dict.fromkeys(
+        ("_turbo_physai_check_later", "_turbo_physai_host_item")), "linear_sum_assignment":
+        on_device}
+    matcher = graph_safe.rewrite(vars(loss_host.Matcher)["forward"], rules, helpers)
+    cost = torch.rand(2 * 4, 3, device="meta")  # .cpu() of a meta tensor would raise
+    found = matcher(loss_host.Matcher(), cost, 2, 4, [1, 2])
+    assert [tuple(r.shape) for r, _ in found] == [(1,), (2,)]
+    assert calls == [torch.device("meta")] * 2
+    assert matcher.__wrapped__._turbo_physai_rewritten  # torch.no_grad's wrapper rebuilt

@@ -12,6 +12,7 @@ from turbo_physai.optimizations.common.host_transfers import (  # noqa: E402
     HostTransfers,
     TransferMismatch,
     _writes_host,
+    host_item,
 )
 
 META = torch.device("meta")
@@ -108,3 +109,30 @@ def test_writes_into_host_tensors_are_never_redirected():
     assert _writes_host(copy_, (host, device), {})
     assert not _writes_host(copy_, (device, host), {})
     assert not _writes_host(torch.ops.aten.add.Tensor, (device, host), {})
+
+
+class _Count:
+    """A value on the (meta) device that can be read: what a box count is on a GPU."""
+
+    device = torch.device(META)
+
+    def __init__(self):
+        self.reads = 0
+
+    def item(self):
+        self.reads += 1
+        return 3.0
+
+
+def test_host_made_values_are_read_back_once_and_then_served():
+    transfers, count = HostTransfers(META), _Count()
+    with transfers.recording():
+        assert host_item(count, True) == 3.0
+        assert host_item(count, False) == 3.0  # not host-made: read, not kept
+    assert transfers.items == [3.0] and count.reads == 2
+    with transfers.serving():
+        assert host_item(count, True) == 3.0 and count.reads == 2  # served, not read
+    with pytest.raises(TransferMismatch, match="read 0 host-made values back under capture, 1"):
+        with transfers.serving():
+            pass
+    assert host_item(count, True) == 3.0 and count.reads == 3  # nothing recorded: a real read

@@ -17,7 +17,6 @@ DEIMv2 store the v2 function on each attention module: ``replace_stored`` reache
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, replace_stored, wrap
-from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("transformers",)
@@ -207,20 +206,44 @@ _GRAPH_SAFE_GROUPS = tuple(
 )
 
 
-def _cuda_graph_group(model: str, cls: str):
-    # The model forward (backbone, encoder, decoder; heads, loss and optimizer stay the
-    # caller's) captured and replayed as CUDA graphs, its backward too in training
-    # (optimizations.common.cuda_graph). Capture needs the forward free of host syncs: our op
-    # (no shape copy to the host) and the encoder layers' finite check decided on the device.
-    return capture_group(
-        f"transformers.{model}.cuda_graph", f"{_module(model)}.{cls}.forward",
-        depends_on=(f"transformers.{model}.msda", f"transformers.{model}.graph_safe"),
+_LOSS = "transformers.loss"
+_DETR_LOSS = f"{_LOSS}.loss_for_object_detection"
+#: The DETR loss of Deformable DETR without its host synchronizations (graph_safe.loss_wrapper):
+#: the matcher's assignment on the device (scipy's algorithm and answer), the box checks raised
+#: after a replay, the box count from the host; losses and errors are stock's.
+LOSS_GRAPH_SAFE_DEFORMABLE_DETR = group(
+    "transformers.deformable_detr.loss_graph_safe",
+    *(wrap(target=target, replacement=f"{_OPT}.graph_safe.loss_wrapper", aliases=aliases)
+      for target, aliases in (
+          (f"{_LOSS}.loss_deformable_detr.DeformableDetrHungarianMatcher.forward", ()),
+          (f"{_DETR_LOSS}.ImageLoss.forward", ()),
+          (f"{_DETR_LOSS}.generalized_box_iou",
+           (f"{_LOSS}.loss_deformable_detr.generalized_box_iou",)),
+      )),
+    compatibility_check=f"{_OPT}.graph_safe.check_loss",
+)
+
+
+def _cuda_graph_group(model: str, cls: str, *outer: str, depends_on: tuple[str, ...] = ()):
+    # The model forward (backbone, encoder, decoder) captured and replayed as CUDA graphs, its
+    # backward too in training (optimizations.common.cuda_graph). Capture needs the forward free
+    # of host syncs: our op (no shape copy to the host) and the encoder layers' finite check
+    # decided on the device. ``outer``: forwards around it (heads and loss) captured whole where
+    # their host syncs are gone too; where they cannot be, the model forward inside still is.
+    return group(
+        f"transformers.{model}.cuda_graph",
+        *(wrap(target=f"{_module(model)}.{c}.forward",
+               replacement=f"{_OPT}.cuda_graph.cuda_graph_wrapper") for c in (cls, *outer)),
+        depends_on=(f"transformers.{model}.msda", f"transformers.{model}.graph_safe",
+                    *depends_on),
     )
 
 
-CUDA_GRAPH_DEFORMABLE_DETR = _cuda_graph_group("deformable_detr", "DeformableDetrModel")
-# RT-DETR's training forward with labels builds denoising queries (data-dependent shapes): such
-# calls pass a list of targets and run eagerly; inference and training without labels replay.
+CUDA_GRAPH_DEFORMABLE_DETR = _cuda_graph_group(
+    "deformable_detr", "DeformableDetrModel", "DeformableDetrForObjectDetection",
+    depends_on=(LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id,))
+# RT-DETR's training forward with labels builds denoising queries (data-dependent shapes): their
+# capture fails and such calls run eagerly; inference and training without labels replay.
 CUDA_GRAPH_RT_DETR = _cuda_graph_group("rt_detr", "RTDetrModel")
 
 GROUPS = (
@@ -235,6 +258,7 @@ GROUPS = (
     COMPILE_RT_DETR,
     COMPILE_RT_DETR_MODEL,
     *_GRAPH_SAFE_GROUPS,
+    LOSS_GRAPH_SAFE_DEFORMABLE_DETR,
     CUDA_GRAPH_DEFORMABLE_DETR,
     CUDA_GRAPH_RT_DETR,
 )

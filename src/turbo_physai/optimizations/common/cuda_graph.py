@@ -12,13 +12,14 @@ output gradient reaches the backward graph copied into a dense buffer; eager PyT
 matmul's backward on the expanded gradient of a plain ``y.sum()`` with other rounding (one ulp
 of a weight gradient, measured on the H200), so there the gradients agree to that ulp.
 
-The signature of a call: each tensor argument's shape, strides, dtype, device and
-``requires_grad``; every other argument's value (None, bool, int, float, str only); grad mode;
+The signature of a call: the structure of its arguments (lists, tuples and dicts are looked
+into: DETR labels are a list of dicts of tensors), each tensor's shape, strides, dtype, device
+and ``requires_grad``; every other value (None, bool, int, float, str only); grad mode;
 autocast state; the ``training`` flag of every submodule. A new signature is captured (at most
 ``max_graphs`` per module, default 4); the calls that cannot be served run the original forward
 eagerly, with a ``RuntimeWarning`` naming why, once per reason and module:
 
-- an argument that is not a tensor or a plain value (a list of targets, say), or no CUDA tensor;
+- an argument that holds something else than tensors and plain values, or no CUDA tensor;
 - forward hooks or backward hooks on the module or a submodule (a replay would not run them);
 - more signatures than ``max_graphs``; a capture that failed (the reason is its error: a host
   synchronization inside the forward, a data-dependent shape);
@@ -26,7 +27,10 @@ eagerly, with a ``RuntimeWarning`` naming why, once per reason and module:
   live in the graph's memory, which a second replay would overwrite); backward through a
   captured forward after the graph ran again raises instead of returning wrong gradients.
 
-Under ``torch.compile`` tracing, or inside someone else's capture, the original runs unchanged.
+Under ``torch.compile`` tracing, inside someone else's capture, or inside the capture (warm-up
+included) of a captured module around it, the original runs unchanged. Checks that raise on
+device data (:mod:`graph_checks`) raise after the replay that found the data bad: the replay
+then reads one flag back (a synchronization), only where the forward holds such checks.
 
 Memory: each signature holds its own graph pool (activations of one step, inputs, outputs).
 Outputs are copied out of it, so a result stays valid after the next call. The captured code
@@ -49,6 +53,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 DEFAULTS: Mapping[str, Any] = {"max_graphs": 4, "warmup": 3}
+_capturing = threading.local()  # .active: a _Graph of this thread warms up or captures
 _PLAIN = (type(None), bool, int, float, str)
 
 
@@ -185,8 +190,9 @@ class _ModuleGraphs:
         if torch.compiler.is_compiling():
             return self.forward(module, *args, **kwargs)
         key, state, why = _signature(module, args, kwargs)
-        if key is not None and torch.cuda.is_current_stream_capturing():
-            return self.forward(module, *args, **kwargs)  # inside the caller's own capture
+        if key is not None and (torch.cuda.is_current_stream_capturing()
+                                or getattr(_capturing, "active", False)):
+            return self.forward(module, *args, **kwargs)  # inside a capture: its own or ours
         with self.lock:
             if why is None and state != self.state:
                 # Parameters replaced or moved: every graph reads memory they no longer own.
@@ -236,19 +242,21 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
     """(the call's key, the module's parameter state, None), or (None, None, why it cannot be
     captured)."""
     import torch
+    import torch.utils._pytree as pytree
 
     parts, on_cuda = [], False
-    for name, value in (*enumerate(args), *sorted(kwargs.items())):
+    leaves, spec = pytree.tree_flatten_with_path(_arguments(args, kwargs))
+    for path, value in leaves:
         if isinstance(value, torch.Tensor):
-            parts.append((name, tuple(value.shape), value.stride(), value.dtype, value.device,
+            parts.append((tuple(value.shape), value.stride(), value.dtype, value.device,
                           value.requires_grad))
             on_cuda = on_cuda or value.device.type == "cuda"
         elif isinstance(value, _PLAIN):
-            parts.append((name, type(value), value))
+            parts.append((type(value), value))
         else:
-            label = f"argument {name}" if isinstance(name, str) else f"positional argument {name}"
-            return None, None, (f"{label} is a {type(value).__name__}, not a tensor or a plain "
-                                "value")
+            return None, None, (f"argument {_where(path)} is a {type(value).__name__}, not a "
+                                "tensor or a plain value")
+    parts.append(spec)
     if _global_hooks():
         return None, None, "global module hooks are registered (a replay would not run them)"
     training = []
@@ -265,6 +273,20 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
     return (tuple(parts), torch.is_grad_enabled(), autocast, tuple(training)), state, None
 
 
+def _arguments(args, kwargs) -> tuple:
+    """The call's arguments in a fixed order: positional, then keywords sorted by name."""
+    return tuple(args), dict(sorted(kwargs.items()))
+
+
+def _where(path) -> str:
+    """An argument's place: ``labels[0]['boxes']``, ``positional 1``."""
+    import torch.utils._pytree as pytree
+
+    first, rest = path[1], path[2:]
+    name = first.key if path[0].idx == 1 else f"positional {first.idx}"
+    return name + "".join(pytree.keystr((k,)) for k in rest)
+
+
 def _global_hooks() -> bool:
     from torch.nn.modules import module as m
 
@@ -277,14 +299,14 @@ class _Graph:
 
     def __init__(self, forward, module, args, kwargs, warmup: int):
         import torch
+        import torch.utils._pytree as pytree
 
         from .host_transfers import HostTransfers
 
         start = time.perf_counter()
         given = _tensor_args(args, kwargs)
         device = next(t.device for t in given if t.device.type == "cuda")
-        static_args = [_static(v) for v in args]
-        static_kwargs = {k: _static(v) for k, v in kwargs.items()}
+        static_args, static_kwargs = pytree.tree_map(_static, (list(args), kwargs))
         self.inputs = _tensor_args(static_args, static_kwargs)
         params = [p for p in module.parameters() if p.requires_grad]
         wants_grad = torch.is_grad_enabled() and bool(
@@ -295,8 +317,25 @@ class _Graph:
 
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
-        buffers = [b.detach().clone() for b in module.buffers()]
         self.transfers = HostTransfers(device)
+        _capturing.active = True
+        try:
+            self._capture(run, module, stream, device, params, wants_grad, warmup)
+        finally:
+            _capturing.active = False
+        self.generation = 0
+        self.summary = {
+            "kind": "forward+backward" if self.backward_graph is not None else "forward",
+            "inputs": [tuple(t.shape) for t in self.inputs],
+            "capture_s": round(time.perf_counter() - start, 3),
+        }
+
+    def _capture(self, run, module, stream, device, params, wants_grad, warmup):
+        import torch
+
+        from .graph_checks import collecting
+
+        buffers = [b.detach().clone() for b in module.buffers()]
         try:
             with _uncached_autocast(), torch.cuda.stream(stream):
                 for i in range(warmup):  # lazy initialization (cuDNN, cuBLAS) before capture
@@ -317,7 +356,8 @@ class _Graph:
         self.backward_graph = None
         with self.transfers.serving():
             with _uncached_autocast(), torch.cuda.graph(self.forward_graph, pool=self.pool,
-                                                        stream=stream):
+                                                        stream=stream), \
+                    collecting() as self.checks:
                 out = run()
             self.leaves, self.spec = _flatten(out)
             self.outputs = _tensors(self.leaves)
@@ -340,12 +380,6 @@ class _Graph:
         detached = iter(self.outputs)
         self.leaves = [next(detached) if _is_tensor(x) else x for x in self.leaves]
         torch.cuda.synchronize(device)
-        self.generation = 0
-        self.summary = {
-            "kind": "forward+backward" if self.backward_graph is not None else "forward",
-            "inputs": [tuple(t.shape) for t in self.inputs],
-            "capture_s": round(time.perf_counter() - start, 3),
-        }
 
     def load(self, tensors):
         """Copy the call's tensor arguments into the graph's inputs, then replay the forward."""
@@ -354,6 +388,7 @@ class _Graph:
                 static.copy_(value)
         self.forward_graph.replay()
         self.generation += 1
+        self.checks.raise_failed()
 
     def run(self, state: _ModuleGraphs, args, kwargs):
         given = _tensor_args(args, kwargs)
@@ -451,8 +486,10 @@ def _failure(error: BaseException) -> str:
 
 
 def _tensor_args(args, kwargs) -> list:
-    """The tensor arguments in a fixed order: positional, then keywords sorted by name."""
-    return [v for v in (*args, *(kwargs[k] for k in sorted(kwargs))) if _is_tensor(v)]
+    """The tensors among the arguments, in :func:`_arguments`' order."""
+    import torch.utils._pytree as pytree
+
+    return [v for v in pytree.tree_leaves(_arguments(args, kwargs)) if _is_tensor(v)]
 
 
 def _static(value):

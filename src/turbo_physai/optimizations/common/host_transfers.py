@@ -29,6 +29,7 @@ host first, then copy: the copy is then seen.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 import torch.utils._pytree as pytree
@@ -52,25 +53,31 @@ class HostTransfers:
         self.on_device: list[torch.Tensor] = []
         self._serving = False
         self._next = 0
+        self.items: list = []
+        self._next_item = 0
 
     @contextlib.contextmanager
     def recording(self):
         """Run the forward eagerly, recording (and explicitly copying) its transfers."""
-        self.host, self.on_device, self._serving = [], [], False
-        with _Factories(self), _Dispatch(self):
+        self.host, self.on_device, self.items, self._serving = [], [], [], False
+        with _Factories(self), _Dispatch(self), _active(self):
             yield self
 
     @contextlib.contextmanager
     def serving(self):
         """Run the forward (under capture) with its transfers served from the recording."""
-        self._serving, self._next = True, 0
+        self._serving, self._next, self._next_item = True, 0, 0
         try:
-            with _Factories(self), _Dispatch(self):
+            with _Factories(self), _Dispatch(self), _active(self):
                 yield self
             if self._next != len(self.host):
                 raise TransferMismatch(
                     f"the forward sent {self._next} host tensors to {self.device} under capture, "
                     f"{len(self.host)} while warming up: its host code took another path")
+            if self._next_item != len(self.items):
+                raise TransferMismatch(
+                    f"the forward read {self._next_item} host-made values back under capture, "
+                    f"{len(self.items)} while warming up: its host code took another path")
         finally:
             self._serving = False
 
@@ -92,11 +99,46 @@ class HostTransfers:
         self._next += 1
         return self.on_device[n]
 
+    def _item(self, tensor: torch.Tensor):
+        if not self._serving:
+            self.items.append(tensor.item())
+            return self.items[-1]
+        n = self._next_item
+        if n >= len(self.items):
+            raise TransferMismatch(f"host-made value #{n} read under capture; warming up read "
+                                   f"{len(self.items)}: its host code took another path")
+        self._next_item += 1
+        return self.items[n]
+
     def _involves_device(self, args, kwargs) -> bool:
         if _is_device(kwargs.get("device"), self.device):
             return True
         return any(isinstance(t, torch.Tensor) and _is_device(t.device, self.device)
                    for t in pytree.tree_leaves((args, kwargs)))
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def _active(transfers: HostTransfers):
+    previous = getattr(_local, "transfers", None)
+    _local.transfers = transfers
+    try:
+        yield
+    finally:
+        _local.transfers = previous
+
+
+def host_item(tensor: torch.Tensor, host_made: bool):
+    """``tensor.item()``, for a value that ``host_made`` says was computed from host data alone
+    (sent to the device by the forward itself): while a forward is recorded, read and kept;
+    while it is captured, the kept value (its inputs were checked equal as transfers, so it is
+    the same), without the synchronization a capture forbids."""
+    transfers = getattr(_local, "transfers", None)
+    if host_made and transfers is not None and _is_device(tensor.device, transfers.device):
+        return transfers._item(tensor)
+    return tensor.item()
 
 
 def _is_device(device, target: torch.device) -> bool:
