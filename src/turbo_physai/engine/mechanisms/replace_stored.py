@@ -130,7 +130,9 @@ def stored_property(attribute: str, original: Any, new: Any, traced: Any = None)
     compiling = _compiling() if traced is not None else None
 
     def get(self):
-        stored = self.__dict__.get(attribute, MISSING)
+        # Not self.__dict__.get: dynamo (torch 2.11) resolves that through this very property,
+        # recursing until it crashes; dict.get it traces (2.13 on) or breaks the graph at (2.11).
+        stored = dict.get(self.__dict__, attribute, MISSING)
         if stored is original:
             return traced if compiling is not None and compiling() else new
         if stored is MISSING:  # torch.nn.Module.__getattr__ (submodules, buffers) goes next
