@@ -48,20 +48,23 @@ class Collected:
 
 
 def check_later(failed, message: Callable[[], str] | str, error: type[Exception] = ValueError,
-                *, deferred: str | None = None) -> None:
-    """Raise ``error(message)`` when ``failed`` (a one-element bool tensor) is true: now, or,
-    while a graph is captured, after each of its replays (``deferred``: the message then, default
-    ``message``). ``message`` may be a callable (built only when raised eagerly)."""
+                *, deferred: str | None = None, raise_if: bool = True) -> None:
+    """Raise ``error(message)`` when ``failed`` (a one-element bool tensor, or anything ``bool``
+    takes) is ``raise_if``: now, or, while a graph is captured, after each of its replays
+    (``deferred``: the message then, default ``message``). ``message`` may be a callable (built
+    only when raised eagerly)."""
     collected = getattr(_local, "collected", None)
-    if collected is not None and failed.is_cuda:
+    if collected is not None and getattr(failed, "is_cuda", False):
         import torch
 
         if torch.cuda.is_current_stream_capturing():
+            if not raise_if:
+                failed = torch.logical_not(failed)
             text = deferred if deferred is not None else _text(message)
             collected.flags.append(failed)
             collected.errors.append((error, f"{text} (found after a CUDA graph replay)"))
             return
-    if bool(failed):
+    if bool(failed) == raise_if:
         raise error(_text(message))
 
 

@@ -87,8 +87,8 @@ class RaiseCheck:
         message = ast.unparse(error.args[0])
         deferred = _without_values(error.args[0])
         return ast.parse(
-            f"{_CHECK_LATER}({'~' if negated else ''}({flag}), lambda: {message}, "
-            f"{ast.unparse(error.func)}, deferred={deferred!r})").body
+            f"{_CHECK_LATER}({flag}, lambda: {message}, {ast.unparse(error.func)}, "
+            f"deferred={deferred!r}, raise_if={not negated})").body
 
 
 def _without_values(message: ast.expr) -> str:
