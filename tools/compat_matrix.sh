@@ -20,7 +20,8 @@ MATRIX=(4.46.3 4.50.3 4.57.6 5.0.0 5.10.4 5.17.0 5.24.0)
 CI_RELEASES=(4.46.3 5.17.0 5.24.0)
 CACHE=${TPA_COMPAT_CACHE:-.cache/compat}
 PY=${PYTHON:-python3}
-PYTEST=(-q -p no:cacheprovider tests/catalogs/test_transformers.py tests/catalogs/test_transformers_graph_safe.py)
+PYTEST=(-q -p no:cacheprovider tests/catalogs/test_transformers.py tests/catalogs/test_transformers_graph_safe.py
+        tests/catalogs/test_transformers_cuda_graph.py)
 EVIDENCE=turbo_physai.optimizations.common.transformers.evidence
 
 releases=() record=0 setup=0

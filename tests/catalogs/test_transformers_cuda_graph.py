@@ -29,9 +29,18 @@ EAGER = "turbo_physai.deformable_detr"  # our op, eager: the reference
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
+def _needs_class_msda(name="deformable_detr"):
+    """Skip where the release predates the per-model MSDA classes (4.46): the cuda_graph groups
+    depend on ``transformers.<name>.msda``."""
+    if catalog.msda_group(name) != f"transformers.{name}.msda":
+        pytest.skip(f"transformers {transformers.__version__}: transformers.{name}.cuda_graph "
+                    f"depends on transformers.{name}.msda (4.50 on)")
+
+
 def _model_class(name):
     """The class whose forward ``transformers.<name>.cuda_graph`` wraps; skip where this
-    release lacks it."""
+    release lacks it or the group's MSDA dependency."""
+    _needs_class_msda(name)
     group_id = f"transformers.{name}.cuda_graph"
     path = next(g for g in catalog.GROUPS if g.id == group_id).declarations[0].target
     try:
@@ -100,6 +109,7 @@ def test_the_group_applies_with_its_dependencies_and_rolls_back(name):
 
 
 def test_on_the_cpu_the_shipped_config_runs_the_model_eagerly_with_the_same_results():
+    _needs_class_msda()
     model, pixels, labels = _detr()
     with tpa.applied(EAGER, strict=True):
         want = _steps(model, pixels, labels, steps=2)
@@ -125,11 +135,12 @@ def test_the_loss_group_keeps_stock_losses_gradients_and_errors():
     # On the CPU: the matcher's assignment by our op (scipy's answer), the box checks and the
     # box count rewritten; everything the training step computes is stock's, bit for bit.
     model, pixels, labels = _detr()
-    with tpa.applied(EAGER, strict=True):
+    msda = catalog.msda_group("deformable_detr")  # every release, 4.46's structure included
+    with tpa.applied(groups=[msda], strict=True):
         want = _steps(model, pixels, labels, steps=2)
         _, stock_error = _corner_error(model, pixels, labels)
     group_id = catalog.LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id
-    with tpa.applied(EAGER, groups=[group_id], strict=True) as report:
+    with tpa.applied(groups=[msda, group_id], strict=True) as report:
         assert report.group(group_id).decision == "apply"
         got = _steps(model, pixels, labels, steps=2)
         _, error = _corner_error(model, pixels, labels)
@@ -154,6 +165,7 @@ def test_a_loss_without_the_synchronizations_it_knows_blocks_the_group(monkeypat
 @cuda
 @pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, deterministic):
+    _needs_class_msda()
     # The whole forward with labels (model, heads, DETR loss with its matching) is one graph,
     # its backward another; only the optimizer runs eagerly.
     model, pixels, labels = _detr("cuda")
@@ -173,6 +185,7 @@ def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, determ
 
 @cuda
 def test_bad_target_boxes_raise_stocks_error_after_the_replay(deterministic):
+    _needs_class_msda()
     model, pixels, labels = _detr("cuda")
     with tpa.applied(EAGER, strict=True):
         _, stock_error = _corner_error(model.train(), pixels, labels)
@@ -189,6 +202,7 @@ def test_bad_target_boxes_raise_stocks_error_after_the_replay(deterministic):
 @cuda
 @pytest.mark.parametrize("name", ["deformable_detr", "rt_detr"])
 def test_inference_replayed_equals_eager_with_our_op(name, deterministic):
+    _needs_class_msda(name)
     built = zoo.build(name, "tiny", device="cuda")
     model, pixels = built.model, built.inputs["pixel_values"]
     group_id = f"transformers.{name}.cuda_graph"
@@ -207,6 +221,7 @@ def test_inference_replayed_equals_eager_with_our_op(name, deterministic):
 def test_rt_detr_training_with_labels_runs_whatever_its_capture_makes_of_them():
     # Denoising queries from the labels: the capture either takes them (then replays) or fails
     # (then eagerly, saying why); never a crash, never a non-finite loss.
+    _needs_class_msda("rt_detr")
     built = zoo.build("rt_detr", "tiny", device="cuda")
     model, pixels = built.model.train(), built.inputs["pixel_values"]
     labels = [{"class_labels": torch.tensor([1, 2], device="cuda"),
