@@ -10,6 +10,7 @@ eagerly with the same results; the replays are checked on a GPU (skipped here).
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 
 import pytest
@@ -146,6 +147,25 @@ def test_the_loss_group_keeps_stock_losses_gradients_and_errors():
         _, error = _corner_error(model, pixels, labels)
     _assert_identical(got, want)
     assert error == stock_error and error.startswith("boxes2 must be in [x0, y0, x1, y1]")
+
+
+def test_with_the_groups_the_training_forward_has_no_host_synchronization():
+    # What capture needs, checked where CI runs (the CPU): every operation that would make the
+    # host wait for the GPU, stock's listed and none left with the groups (each release).
+    from turbo_physai.optimizations.common.host_syncs import find_host_syncs
+
+    model, pixels, labels = _detr()
+    model.train()  # the encoder checks for overflow in training only
+    stock = find_host_syncs(model, pixel_values=pixels, labels=labels)[1]
+    kinds = {(s.operation, os.path.basename(s.where.rsplit(":", 1)[0])) for s in stock}
+    assert {("a scalar read", "modeling_deformable_detr.py"),  # the encoder's finite check
+            ("Tensor.cpu", "loss_deformable_detr.py"),  # the matcher's cost to scipy
+            ("a scalar read", "loss_for_object_detection.py"),  # box checks, box count
+            } <= kinds, stock
+    groups = [catalog.msda_group("deformable_detr"), "transformers.deformable_detr.graph_safe",
+              catalog.LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id]
+    with tpa.applied(groups=groups, strict=True):
+        assert find_host_syncs(model, pixel_values=pixels, labels=labels)[1] == []
 
 
 def test_a_loss_without_the_synchronizations_it_knows_blocks_the_group(monkeypatch):
