@@ -27,6 +27,7 @@ def syncing(x):
     torch.nonzero(x)                                     # line 13
     x = x[x > 1]                                         # line 14
     torch.repeat_interleave(x, torch.ones_like(x, dtype=torch.long))  # line 15
+    torch.nn.functional.one_hot(x.long())                # line 16: its size from the data
     return x
 
 
@@ -34,6 +35,7 @@ def quiet(x):
     n = x.shape[0]
     y = torch.where((x > 0).all(), x, -x)
     torch.repeat_interleave(y, torch.ones(n, dtype=torch.long), output_size=n)
+    torch.nn.functional.one_hot(torch.arange(n), num_classes=n)  # CUDA checks on the device
     return y[torch.arange(n)] * 2
 '''
 
@@ -52,7 +54,8 @@ def test_each_kind_is_found_once_with_its_line(host):
     assert lines == [
         ("a scalar read", 7), ("a scalar read", 8), ("Tensor.cpu", 10),
         ("Tensor.__array__", 11), ("Tensor.tolist", 12), ("aten.nonzero.default", 13),
-        ("aten.index.Tensor with a boolean mask", 14), ("aten.repeat_interleave.Tensor", 15)]
+        ("aten.index.Tensor with a boolean mask", 14), ("aten.repeat_interleave.Tensor", 15),
+        ("a scalar read", 16)]
     assert all(s.where.startswith(host.__file__) for s in found)
     assert torch.equal(result, host.syncing(x))
 

@@ -14,7 +14,9 @@ and records each operation that, on a GPU, copies device data to the host or wai
 
 Each is reported once per (operation, source line): the first frame outside torch and this
 package. Reads made by :func:`graph_checks.check_later` and :func:`host_transfers.host_item`
-are left out: under a capture those defer or serve their value by design.
+are left out: under a capture those defer or serve their value by design. So are the range
+checks of ``one_hot`` with ``num_classes`` given, which torch makes on the CPU and leaves to a
+device assert on CUDA.
 """
 
 from __future__ import annotations
@@ -49,13 +51,21 @@ _BY_DESIGN = {("graph_checks.py", "check_later"), ("host_transfers.py", "host_it
 
 def find_host_syncs(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, list[HostSync]]:
     """``fn(*args, **kwargs)``'s result, and the host synchronizations it made, in order."""
-    found: dict[HostSync, None] = {}
+    found = _Found()
     with _Reads(found), _Dispatch(found):
         result = fn(*args, **kwargs)
     return result, list(found)
 
 
-def _record(found: dict, operation: str) -> None:
+class _Found(dict):
+    """The syncs found (keys, in order); ``quiet``: inside an op whose CPU reads CUDA skips."""
+
+    quiet = 0
+
+
+def _record(found: _Found, operation: str) -> None:
+    if found.quiet:
+        return
     stack = traceback.extract_stack()
     if any((os.path.basename(f.filename), f.name) in _BY_DESIGN for f in stack):
         return
@@ -65,18 +75,26 @@ def _record(found: dict, operation: str) -> None:
 
 
 class _Reads(TorchFunctionMode):
-    def __init__(self, found: dict):
+    def __init__(self, found: _Found):
         super().__init__()
         self.found = found
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if getattr(func, "__name__", None) in _READS:
             _record(self.found, f"Tensor.{func.__name__}")
-        return func(*args, **(kwargs or {}))
+        if func is torch.nn.functional.one_hot and \
+                (args[1] if len(args) > 1 else kwargs.get("num_classes", -1)) > 0:
+            self.found.quiet += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.found.quiet -= 1
+        return func(*args, **kwargs)
 
 
 class _Dispatch(TorchDispatchMode):
-    def __init__(self, found: dict):
+    def __init__(self, found: _Found):
         super().__init__()
         self.found = found
 
