@@ -168,6 +168,45 @@ def test_with_the_groups_the_training_forward_has_no_host_synchronization():
         assert find_host_syncs(model, pixel_values=pixels, labels=labels)[1] == []
 
 
+def _rt_detr_with_denoising():
+    built = zoo.build("rt_detr", "tiny")
+    config = built.model.config
+    config.num_denoising = 10  # the zoo's has none: queries built from the labels
+    torch.manual_seed(0)
+    model = _without_dropout(type(built.model)(config)).train()
+    gen = torch.Generator().manual_seed(2)
+    labels = [{"class_labels": torch.randint(0, 10, (n,), generator=gen),
+               "boxes": torch.rand(n, 4, generator=gen) * 0.4 + 0.3} for n in (3, 1)]
+    return model, built.inputs["pixel_values"], labels
+
+
+def test_rt_detrs_loss_group_keeps_stock_values_and_leaves_no_host_synchronization():
+    from turbo_physai.optimizations.common.host_syncs import find_host_syncs
+
+    model, pixels, labels = _rt_detr_with_denoising()
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step():
+        torch.manual_seed(5)  # the denoising queries' noise
+        out = model(pixel_values=pixels, labels=labels)
+        grads = torch.autograd.grad(out.loss, params, allow_unused=True)
+        return [out.loss, out.logits, *(g for g in grads if g is not None)]
+
+    msda = catalog.msda_group("rt_detr")
+    with tpa.applied(groups=[msda], strict=True):
+        want, stock = find_host_syncs(step)
+    kinds = {(s.operation, os.path.basename(s.where.rsplit(":", 1)[0])) for s in stock}
+    assert {("aten.nonzero.default", "modeling_rt_detr.py"),  # the denoising positives
+            ("Tensor.cpu", "loss_rt_detr.py"),  # the matcher's cost to scipy
+            ("a scalar read", "loss_rt_detr.py"),  # the box count
+            } <= kinds, stock
+    groups = [msda, "transformers.rt_detr.graph_safe", catalog.LOSS_GRAPH_SAFE_RT_DETR.id]
+    with tpa.applied(groups=groups, strict=True):
+        got, ours = find_host_syncs(step)
+    assert ours == []
+    _assert_identical([got], [want])
+
+
 def test_a_loss_without_the_synchronizations_it_knows_blocks_the_group(monkeypatch):
     from transformers.loss import loss_for_object_detection as detr_loss
 

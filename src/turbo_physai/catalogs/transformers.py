@@ -208,20 +208,39 @@ _GRAPH_SAFE_GROUPS = tuple(
 
 _LOSS = "transformers.loss"
 _DETR_LOSS = f"{_LOSS}.loss_for_object_detection"
-#: The DETR loss of Deformable DETR without its host synchronizations (graph_safe.loss_wrapper):
-#: the matcher's assignment on the device (scipy's algorithm and answer), the box checks raised
-#: after a replay, the box count from the host; losses and errors are stock's.
-LOSS_GRAPH_SAFE_DEFORMABLE_DETR = group(
+
+
+def _loss_group(group_id: str, *targets: str | tuple[str, tuple[str, ...]],
+                depends_on: tuple[str, ...] = ()):
+    """The DETR loss code at ``targets`` (a path, or (path, aliases)) without its host
+    synchronizations (graph_safe.loss_wrapper): the matcher's assignment on the device (scipy's
+    algorithm and answer), box checks raised after a replay, the box count from the host;
+    losses and errors are stock's."""
+    return group(
+        group_id,
+        *(wrap(target=t, replacement=f"{_OPT}.graph_safe.loss_wrapper", aliases=a)
+          for t, a in (t if isinstance(t, tuple) else (t, ()) for t in targets)),
+        depends_on=depends_on, compatibility_check=f"{_OPT}.graph_safe.check_loss",
+    )
+
+
+#: generalized_box_iou's corner checks, where the DETR losses import it (shared: one wrap).
+LOSS_BOX_CHECKS = _loss_group(
+    "transformers.detr_loss.box_checks",
+    (f"{_DETR_LOSS}.generalized_box_iou",
+     (f"{_LOSS}.loss_deformable_detr.generalized_box_iou",
+      f"{_LOSS}.loss_rt_detr.generalized_box_iou")))
+LOSS_GRAPH_SAFE_DEFORMABLE_DETR = _loss_group(
     "transformers.deformable_detr.loss_graph_safe",
-    *(wrap(target=target, replacement=f"{_OPT}.graph_safe.loss_wrapper", aliases=aliases)
-      for target, aliases in (
-          (f"{_LOSS}.loss_deformable_detr.DeformableDetrHungarianMatcher.forward", ()),
-          (f"{_DETR_LOSS}.ImageLoss.forward", ()),
-          (f"{_DETR_LOSS}.generalized_box_iou",
-           (f"{_LOSS}.loss_deformable_detr.generalized_box_iou",)),
-      )),
-    compatibility_check=f"{_OPT}.graph_safe.check_loss",
-)
+    f"{_LOSS}.loss_deformable_detr.DeformableDetrHungarianMatcher.forward",
+    f"{_DETR_LOSS}.ImageLoss.forward", depends_on=(LOSS_BOX_CHECKS.id,))
+#: RT-DETR's, and the denoising queries its model builds from the labels (a nonzero).
+LOSS_GRAPH_SAFE_RT_DETR = _loss_group(
+    "transformers.rt_detr.loss_graph_safe",
+    f"{_LOSS}.loss_rt_detr.RTDetrHungarianMatcher.forward",
+    f"{_LOSS}.loss_rt_detr.RTDetrLoss.forward",
+    f"{_module('rt_detr')}.get_contrastive_denoising_training_group",
+    depends_on=(LOSS_BOX_CHECKS.id,))
 
 
 def _cuda_graph_group(model: str, cls: str, *outer: str, depends_on: tuple[str, ...] = ()):
@@ -258,7 +277,9 @@ GROUPS = (
     COMPILE_RT_DETR,
     COMPILE_RT_DETR_MODEL,
     *_GRAPH_SAFE_GROUPS,
+    LOSS_BOX_CHECKS,
     LOSS_GRAPH_SAFE_DEFORMABLE_DETR,
+    LOSS_GRAPH_SAFE_RT_DETR,
     CUDA_GRAPH_DEFORMABLE_DETR,
     CUDA_GRAPH_RT_DETR,
 )

@@ -22,8 +22,10 @@ The DETR losses hold the rest of a training step's synchronizations (:func:`loss
 (:class:`RaiseCheck`: the same error, raised after the replay under a graph); the Hungarian
 matchers copy the cost matrix to the host for scipy (:data:`COST_ON_DEVICE`, with our
 ``linear_sum_assignment``, scipy's algorithm and answer, on the device); ``ImageLoss`` reads its
-box count back with ``.item()`` (:data:`HOST_COUNT`). With them the whole forward with labels,
-loss included, can be captured (``transformers.deformable_detr.cuda_graph``).
+box count back with ``.item()`` (:data:`HOST_COUNT`; RT-DETR's loss too, and its denoising
+queries take the positives of a host-made mask with ``nonzero``: :data:`DENOISING_POSITIVES`).
+With them the whole forward with labels, loss included, can be captured
+(``transformers.deformable_detr.cuda_graph``).
 """
 
 from __future__ import annotations
@@ -119,8 +121,17 @@ COST_ON_DEVICE = Template(
 HOST_COUNT = Template((
     "num_boxes = torch.clamp(num_boxes / world_size, min=1).item()",
 ), f"num_boxes = {_HOST_ITEM}(torch.clamp(num_boxes / world_size, min=1), world_size == 1)")
+#: RT-DETR's loss: the same count, never reduced over processes.
+LOCAL_HOST_COUNT = Template(("num_boxes = torch.clamp(num_boxes, min=1).item()",),
+                            f"num_boxes = {_HOST_ITEM}(torch.clamp(num_boxes, min=1), True)")
+#: RT-DETR's denoising queries: the positives of a mask built from the host's box counts, as
+#: many as the counts say (num_gt per image and group), found without reading the count back.
+DENOISING_POSITIVES = Template(
+    ("denoise_positive_idx = torch.nonzero(positive_gt_mask)[:, 1]",),
+    "denoise_positive_idx = torch.nonzero_static(positive_gt_mask, size=sum(num_ground_truths)"
+    " * num_groups_denoising_queries)[:, 1]")
 #: What :func:`loss_wrapper` rewrites.
-LOSS_RULES = (RaiseCheck(), COST_ON_DEVICE, HOST_COUNT)
+LOSS_RULES = (RaiseCheck(), COST_ON_DEVICE, HOST_COUNT, LOCAL_HOST_COUNT, DENOISING_POSITIVES)
 
 
 class _Rewrite(ast.NodeTransformer):
