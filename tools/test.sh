@@ -15,7 +15,8 @@ echo "== lint"
 ruff check src tests benchmarks examples
 
 echo "== Python (pytest)"
-python -m pytest -q "$@"
+# One worker per core (the suite is safe in xdist workers); a -n among the arguments wins.
+python -m pytest -q -n "$(nproc)" "$@"
 
 echo "== transformers releases (tools/compat_matrix.sh --ci)"
 bash tools/compat_matrix.sh --ci
