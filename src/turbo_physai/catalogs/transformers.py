@@ -17,6 +17,7 @@ DEIMv2 store the v2 function on each attention module: ``replace_stored`` reache
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, replace_stored, wrap
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("transformers",)
@@ -249,10 +250,9 @@ def _cuda_graph_group(model: str, cls: str, *outer: str, depends_on: tuple[str, 
     # of host syncs: our op (no shape copy to the host) and the encoder layers' finite check
     # decided on the device. ``outer``: forwards around it (heads and loss) captured whole where
     # their host syncs are gone too; where they cannot be, the model forward inside still is.
-    return group(
+    return capture_group(
         f"transformers.{model}.cuda_graph",
-        *(wrap(target=f"{_module(model)}.{c}.forward",
-               replacement=f"{_OPT}.cuda_graph.cuda_graph_wrapper") for c in (cls, *outer)),
+        *(f"{_module(model)}.{c}.forward" for c in (cls, *outer)),
         depends_on=(f"transformers.{model}.msda", f"transformers.{model}.graph_safe",
                     *depends_on),
     )

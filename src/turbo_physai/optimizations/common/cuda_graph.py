@@ -69,16 +69,17 @@ def _options(options: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def capture_group(group_id: str, target: str, depends_on: tuple[str, ...], *,
+def capture_group(group_id: str, *targets: str, depends_on: tuple[str, ...],
                   targets_unread: bool = False):
-    """The catalogs' group that wraps ``target`` (a model's forward) with
-    :func:`cuda_graph_wrapper` (:func:`targets_unread_wrapper` with ``targets_unread``), after
-    ``depends_on`` (the model's MSDA group, ...)."""
+    """The catalogs' group that wraps each of ``targets`` (a model's forward; forwards around
+    it, whose capture then holds it) with :func:`cuda_graph_wrapper`
+    (:func:`targets_unread_wrapper` with ``targets_unread``), after ``depends_on`` (the model's
+    MSDA group, ...)."""
     from ...engine.declarations import group, wrap
 
     factory = "targets_unread_wrapper" if targets_unread else "cuda_graph_wrapper"
-    return group(group_id, wrap(target=target, replacement=f"{__name__}.{factory}"),
-                 depends_on=depends_on)
+    return group(group_id, *(wrap(target=t, replacement=f"{__name__}.{factory}")
+                             for t in targets), depends_on=depends_on)
 
 
 def targets_unread_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
