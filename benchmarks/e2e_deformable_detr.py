@@ -33,8 +33,12 @@ forward and backward replayed as CUDA graphs), each from the same weights (``--v
 some); figures: step time (median, min), GPU busy time of one step (the profiler's summed device
 time), their ratio, the peak memory of a step, the first step's time (compile or capture) and
 the first step's loss against stock's; and inference (eval, no_grad: time and GPU busy time) for
-the variants that need no second compile. Writes
-benchmarks/results/e2e_deformable_detr_training_step[_AMP].json, after each variant.
+the variants that need no second compile; per variant also the kernels of one step (count, and
+the ten that take longest). ``--model rt_detr`` runs the same variants on RT-DETR
+(``RTDetrForObjectDetection(RTDetrConfig())``, ResNet-50-vd, built as benchmarks/e2e_rtdetr.py
+does; its training forward builds denoising queries from the labels; use ``--batch 8 --height
+640 --width 640``) with its groups (``transformers.rt_detr.*``). Writes
+benchmarks/results/e2e_<model>_training_step[_AMP].json, after each variant.
 """
 
 from __future__ import annotations
@@ -65,7 +69,11 @@ GROUP = turbo_physai.group("e2e.msda", turbo_physai.replace(
 DEFAULT_JSON = Path("benchmarks/results/e2e_deformable_detr.json")
 
 
-def build_model(device):
+def build_model(device, name="deformable_detr"):
+    if name == "rt_detr":
+        import e2e_rtdetr
+
+        return e2e_rtdetr.build("full", device)
     from transformers import DeformableDetrConfig, DeformableDetrForObjectDetection, ResNetConfig
 
     backbone = ResNetConfig(out_features=["stage2", "stage3", "stage4"])
@@ -230,11 +238,23 @@ def gpu_busy_ms(step, device):
     device time of the op that launched it, and the sum doubles)."""
     if device != "cuda":
         return None
+    return gpu_kernels(step, device)["busy_ms"]
+
+
+def gpu_kernels(step, device, top=10):
+    """``gpu_busy_ms`` with the kernels behind it: their count in one call and the ``top`` that
+    take longest (name, calls, total ms)."""
+    if device != "cuda":
+        return {"busy_ms": None}
     step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
         sync(device)
-    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)
+    return {"busy_ms": sum(e.self_device_time_total for e in events) / 1e3,
+            "kernels": sum(e.count for e in events),
+            "top": [(e.key[:90], e.count, round(e.self_device_time_total / 1e3, 3))
+                    for e in events[:top]]}
 
 
 def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_variant=None):
@@ -246,16 +266,17 @@ def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_var
         config = turbo_physai.OptimizationConfig.for_groups(*groups, **options)
         return lambda: turbo_physai.applied(config, strict=True)
 
-    msda, safe = "transformers.deformable_detr.msda", "transformers.deformable_detr.graph_safe"
-    whole = "transformers.deformable_detr.compile_model"
+    name = model.config.model_type.replace("-", "_")  # deformable_detr, rt_detr
+    group = f"transformers.{name}"
+    msda, safe, whole = f"{group}.msda", f"{group}.graph_safe", f"{group}.compile_model"
     variants = {"stock": (model, contextlib.nullcontext),
                 "stock_compiled_model": (torch.compile(model), contextlib.nullcontext),
-                "ours": (model, lambda: turbo_physai.applied(groups=[GROUP], strict=True)),
+                "ours": (model, applied(msda)),
                 "ours_graph_safe": (model, applied(msda, safe))}
-    if device == "cuda":  # DeformableDetrModel.forward as CUDA graphs of the eager kernels
+    if device == "cuda":  # the model forward as CUDA graphs of the eager kernels
         variants["ours_graph_safe_cudagraphs"] = (model, applied(msda, safe, whole, **{
             whole: {"backend": "cudagraphs", "fullgraph": True, "dynamic": False}}))
-        variants["ours_cuda_graph"] = (model, applied("transformers.deformable_detr.cuda_graph"))
+        variants["ours_cuda_graph"] = (model, applied(f"{group}.cuda_graph"))  # + its deps
     results = {}
     for name, (callee, context) in variants.items():
         if wanted and name not in wanted:
@@ -282,14 +303,17 @@ def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_var
             first_loss, first_s = first_call_s(step, device)
             first_loss = first_loss.item()
             median, minimum = times_ms(step, device, reps, warmup=2)
-            busy = gpu_busy_ms(step, device)
+            kernels = gpu_kernels(step, device)
+            busy = kernels.pop("busy_ms")
             figures = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
                        "step_per_busy": median / busy if busy else None,
                        "peak_mib": peak_mib(step, device), "first_step_s": first_s,
-                       "first_loss": first_loss}
+                       "first_loss": first_loss, "step_kernels": kernels}
             if "compiled" not in name:  # eval mode would compile the model again
                 figures["infer_ms"], figures["infer_min_ms"] = times_ms(infer, device, reps)
-                figures["infer_gpu_busy_ms"] = gpu_busy_ms(infer, device)
+                kernels = gpu_kernels(infer, device)
+                figures["infer_gpu_busy_ms"] = kernels.pop("busy_ms")
+                figures["infer_kernels"] = kernels
             if name == "ours_cuda_graph":
                 from turbo_physai.optimizations.common import cuda_graph
 
@@ -334,6 +358,8 @@ def main(argv=None):
     parser.add_argument("--training-step", action="store_true",
                         help="measure issue 29's full training step (loss with matching, "
                              "backward, AdamW) instead")
+    parser.add_argument("--model", choices=["deformable_detr", "rt_detr"],
+                        default="deformable_detr", help="with --training-step: the model")
     parser.add_argument("--variants", default=None,
                         help="with --training-step: comma-separated variant names to run "
                              "(default all)")
@@ -341,7 +367,7 @@ def main(argv=None):
     amp = getattr(torch, args.amp) if args.amp else None
     if args.deterministic:  # before cuBLAS starts: its deterministic mode needs this workspace
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    model = build_model(args.device)
+    model = build_model(args.device, args.model if args.training_step else "deformable_detr")
     gen = torch.Generator().manual_seed(1)
     pixels = torch.randn(args.batch, 3, args.height, args.width, generator=gen).to(args.device)
     if args.training_step:
@@ -401,11 +427,11 @@ def _cell(figures, key, fmt):
 def write_training_step(args, model, pixels, amp):
     suffix = f"_{args.amp}" if args.amp else ""
     path = (args.json if args.json != DEFAULT_JSON
-            else Path(f"benchmarks/results/e2e_deformable_detr_training_step{suffix}.json"))
+            else Path(f"benchmarks/results/e2e_{args.model}_training_step{suffix}.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "transformers": transformers.__version__,
-              "command": " ".join(sys.argv), "amp": args.amp,
+              "command": " ".join(sys.argv), "amp": args.amp, "model": args.model,
               "shape": [args.batch, 3, args.height, args.width], "reps": args.reps}
 
     def save(variants):  # after each variant: a time limit may cut the run

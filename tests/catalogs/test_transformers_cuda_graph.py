@@ -1,4 +1,4 @@
-"""transformers.<model>.cuda_graph and the shipped config turbo_physai.deformable_detr.cuda_graph.
+"""transformers.<model>.cuda_graph and the shipped configs turbo_physai.<model>.cuda_graph.
 
 The whole training step of issue 29 (forward with labels: the DETR loss with Hungarian matching,
 backward, AdamW) with the forward (model, heads and loss) and backward replayed as CUDA graphs
@@ -27,6 +27,7 @@ from turbo_physai.engine.paths import ResolutionError, resolve  # noqa: E402
 
 CONFIG = "turbo_physai.deformable_detr.cuda_graph"
 EAGER = "turbo_physai.deformable_detr"  # our op, eager: the reference
+RT_DETR_CONFIG = "turbo_physai.rt_detr.cuda_graph"
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
@@ -168,16 +169,21 @@ def test_with_the_groups_the_training_forward_has_no_host_synchronization():
         assert find_host_syncs(model, pixel_values=pixels, labels=labels)[1] == []
 
 
-def _rt_detr_with_denoising():
+def _rt_detr_with_denoising(device="cpu", noise=True):
+    """A tiny RT-DETR whose training forward builds denoising queries from its labels (3 and 1
+    boxes); ``noise=False``: those queries without their random label and box noise."""
     built = zoo.build("rt_detr", "tiny")
     config = built.model.config
     config.num_denoising = 10  # the zoo's has none: queries built from the labels
+    if not noise:
+        config.label_noise_ratio, config.box_noise_scale = 0.0, 0.0
     torch.manual_seed(0)
-    model = _without_dropout(type(built.model)(config)).train()
+    model = _without_dropout(type(built.model)(config)).train().to(device)
     gen = torch.Generator().manual_seed(2)
-    labels = [{"class_labels": torch.randint(0, 10, (n,), generator=gen),
-               "boxes": torch.rand(n, 4, generator=gen) * 0.4 + 0.3} for n in (3, 1)]
-    return model, built.inputs["pixel_values"], labels
+    labels = [{"class_labels": torch.randint(0, 10, (n,), generator=gen).to(device),
+               "boxes": (torch.rand(n, 4, generator=gen) * 0.4 + 0.3).to(device)}
+              for n in (3, 1)]
+    return model, built.inputs["pixel_values"].to(device), labels
 
 
 def test_rt_detrs_loss_group_keeps_stock_values_and_leaves_no_host_synchronization():
@@ -271,29 +277,50 @@ def test_inference_replayed_equals_eager_with_our_op(name, deterministic):
         with tpa.applied(groups=[group_id], strict=True):
             got = [built.outputs(model(pixel_values=p)) for p in (pixels, pixels.flip(0))]
             stats = cuda_graph.stats(model)
-    stats = stats["." if name == "deformable_detr" else "model"]  # heads inside, or outside
+    stats = stats["."]  # the model's forward is inside the heads' graph
     assert [g["kind"] for g in stats["graphs"]] == ["forward"] and stats["replays"] == 2
     _assert_identical(got, want)
 
 
-@cuda
-def test_rt_detr_training_with_labels_runs_whatever_its_capture_makes_of_them():
-    # Denoising queries from the labels: the capture either takes them (then replays) or fails
-    # (then eagerly, saying why); never a crash, never a non-finite loss.
+def test_on_the_cpu_the_rt_detr_config_runs_the_training_step_eagerly_with_the_same_results():
     _needs_class_msda("rt_detr")
-    built = zoo.build("rt_detr", "tiny", device="cuda")
-    model, pixels = built.model.train(), built.inputs["pixel_values"]
-    labels = [{"class_labels": torch.tensor([1, 2], device="cuda"),
-               "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2], [0.3, 0.4, 0.1, 0.3]],
-                                     device="cuda")} for _ in range(pixels.shape[0])]
-    with tpa.applied(groups=["transformers.rt_detr.cuda_graph"], strict=True):
+    model, pixels, labels = _rt_detr_with_denoising(noise=False)
+    with tpa.applied(groups=[catalog.msda_group("rt_detr")], strict=True):
+        want = _steps(model, pixels, labels, steps=2)
+    with tpa.applied(RT_DETR_CONFIG, strict=True):
+        with pytest.warns(RuntimeWarning, match="no CUDA tensor among the arguments"):
+            got = _steps(model, pixels, labels, steps=2)
+    _assert_identical(got, want)
+
+
+@cuda
+@pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_rt_detr_training_steps_with_denoising_replayed_equal_eager_bit_for_bit(amp,
+                                                                               deterministic):
+    _needs_class_msda("rt_detr")
+    # Forward with labels (model, denoising queries, heads, loss with its matching) one graph,
+    # its backward another. The queries' random noise is off here: a replay draws its own.
+    model, pixels, labels = _rt_detr_with_denoising("cuda", noise=False)
+    with tpa.applied(groups=[catalog.msda_group("rt_detr")], strict=True):
+        want = _steps(model, pixels, labels, amp=amp)
+    with tpa.applied(RT_DETR_CONFIG, strict=True):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for _ in range(2):
-                out = model(pixel_values=pixels, labels=labels)
-                out.loss.backward()
-                assert torch.isfinite(out.loss)
-        stats = cuda_graph.stats(model)["model"]
-    replayed = stats["graphs"] and stats["replays"] == 2
-    failed = [r for r in stats["failed"] if r.startswith("capture failed")]
-    assert replayed or (failed and sum(stats["eager"].values()) == 2), stats
+            warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
+            got = _steps(model, pixels, labels, amp=amp)
+        stats = cuda_graph.stats(model)
+    assert [g["kind"] for g in stats["."]["graphs"]] == ["forward+backward"]
+    assert stats["."]["replays"] == 3 and stats["."]["eager"] == {}
+    _assert_identical(got, want)
+
+
+@cuda
+def test_rt_detr_replays_draw_fresh_denoising_noise(deterministic):
+    # The noise is drawn on the device inside the graph: each replay must draw new numbers
+    # (a graph that froze them would change training), as two eager forwards do.
+    model, pixels, labels = _rt_detr_with_denoising("cuda", noise=True)
+    with tpa.applied(RT_DETR_CONFIG, strict=True):
+        with torch.no_grad():
+            losses = [model(pixel_values=pixels, labels=labels).loss.clone() for _ in range(3)]
+        stats = cuda_graph.stats(model)["."]
+    assert stats["replays"] == 3 and stats["eager"] == {}, stats
+    assert not torch.equal(losses[1], losses[2]) and torch.isfinite(torch.stack(losses)).all()

@@ -14,6 +14,7 @@ EXPECTED = {
     "turbo_physai.deformable_detr.cuda_graph",
     "turbo_physai.libreyolo",
     "turbo_physai.rt_detr.gpu_inference",
+    "turbo_physai.rt_detr.cuda_graph",
     "turbo_physai.rt_detr.gpu_inference_tf32",
     "turbo_physai.ultralytics",
     "turbo_physai.rfdetr",

@@ -261,9 +261,11 @@ def _cuda_graph_group(model: str, cls: str, *outer: str, depends_on: tuple[str, 
 CUDA_GRAPH_DEFORMABLE_DETR = _cuda_graph_group(
     "deformable_detr", "DeformableDetrModel", "DeformableDetrForObjectDetection",
     depends_on=(LOSS_GRAPH_SAFE_DEFORMABLE_DETR.id,))
-# RT-DETR's training forward with labels builds denoising queries (data-dependent shapes): their
-# capture fails and such calls run eagerly; inference and training without labels replay.
-CUDA_GRAPH_RT_DETR = _cuda_graph_group("rt_detr", "RTDetrModel")
+# RT-DETR's denoising queries take their shapes from the label counts, which are in the call's
+# signature (label shapes); loss_graph_safe leaves them no read-back.
+CUDA_GRAPH_RT_DETR = _cuda_graph_group(
+    "rt_detr", "RTDetrModel", "RTDetrForObjectDetection",
+    depends_on=(LOSS_GRAPH_SAFE_RT_DETR.id,))
 
 GROUPS = (
     MSDA_COMMON,
