@@ -1,6 +1,7 @@
 """ultralytics.rtdetr.cuda_graph and rfdetr.cuda_graph: the host models' inference replayed as
-CUDA graphs; Ultralytics' training passes targets its forward reads (a dict) and runs eagerly,
-saying so; RF-DETR's forward never reads its targets and its training step replays too.
+CUDA graphs; Ultralytics' training forward draws its denoising noise on the host, so its capture
+fails and it runs eagerly, saying so; RF-DETR's forward never reads its targets and its training
+step replays too.
 
 On the CPU: the groups apply with their MSDA group and roll back, and the models run eagerly
 with the results of the MSDA group alone. With a GPU: inference replays equal those bit for bit
@@ -33,7 +34,7 @@ HOSTS = {
                                 group_detr=2))),
 }
 # why the training step runs eagerly (None: it replays; RF-DETR's forward never reads targets)
-TRAINING_REASON = {"ultralytics.rtdetr.cuda_graph": "argument batch is a dict",
+TRAINING_REASON = {"ultralytics.rtdetr.cuda_graph": "host data that changes from call to call",
                    "rfdetr.cuda_graph": None}
 
 

@@ -78,7 +78,8 @@ def _steps(model, pixels, labels, steps=3, amp=None):
     found = []
     autocast = (torch.autocast(pixels.device.type, dtype=amp) if amp
                 else contextlib.nullcontext())
-    for _ in range(steps):
+    for step in range(steps):
+        torch.manual_seed(step)  # dropout, denoising noise: a replay draws eager's numbers
         model.train()
         optimizer.zero_grad(set_to_none=True)
         with autocast:
@@ -294,15 +295,17 @@ def test_on_the_cpu_the_rt_detr_config_runs_the_training_step_eagerly_with_the_s
 
 
 @cuda
+@pytest.mark.parametrize("noise", [False, True], ids=["exact_queries", "noisy_queries"])
 @pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["float32", "bfloat16"])
-def test_rt_detr_training_steps_with_denoising_replayed_equal_eager_bit_for_bit(amp,
+def test_rt_detr_training_steps_with_denoising_replayed_equal_eager_bit_for_bit(amp, noise,
                                                                                deterministic):
     _needs_class_msda("rt_detr")
     # Forward with labels (model, denoising queries, heads, loss with its matching) one graph,
-    # its backward another. The queries' random noise is off here: a replay draws its own.
-    model, pixels, labels = _rt_detr_with_denoising("cuda", noise=False)
+    # its backward another. The queries' noise is drawn on the device, eager's numbers.
+    model, pixels, labels = _rt_detr_with_denoising("cuda", noise=noise)
     with tpa.applied(groups=[catalog.msda_group("rt_detr")], strict=True):
         want = _steps(model, pixels, labels, amp=amp)
+        _assert_identical(_steps(model, pixels, labels, amp=amp), want)  # reproducible
     with tpa.applied(RT_DETR_CONFIG, strict=True):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly

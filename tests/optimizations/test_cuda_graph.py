@@ -83,6 +83,21 @@ class FailsOnItsSecondCall(nn.Module):
         return y
 
 
+class Dropping(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) + torch.rand_like(x)  # random numbers, two ways
+
+
+class HostNoise(nn.Module):
+    def forward(self, x):  # noise drawn on the host (Ultralytics' denoising): no replay
+        return x + torch.rand(x.shape).to(x.device)
+
+
 class Syncing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -385,3 +400,58 @@ def test_a_warm_up_that_fails_leaves_the_buffers_as_one_eager_call_does(host):
     assert net.calls == 3 and torch.equal(got, want)
     assert torch.equal(net.norm.running_mean, twin.norm.running_mean)
     assert net.norm.num_batches_tracked.item() == 1
+
+
+@cuda
+def test_replays_draw_the_random_numbers_the_eager_calls_draw(host):
+    # Warm-ups and capture leave the generator where they found it, and a replay's kernels
+    # take their offsets from it: the same dropout masks and noise as eager calls, fresh ones
+    # on each call.
+    torch.manual_seed(0)
+    net = host.Dropping().cuda()
+    x = torch.randn(64, 16, device="cuda", requires_grad=True)
+
+    def calls():
+        torch.manual_seed(7)
+        found = []
+        for _ in range(3):
+            y = net(x)
+            (gx,) = torch.autograd.grad(y.square().sum(), x)
+            found += [y.detach().clone(), gx]
+        return found, torch.cuda.get_rng_state()
+
+    want, want_state = calls()
+    with _applied("Dropping.forward"):
+        got, state = calls()
+        stats = cuda_graph.stats(net)["."]
+    assert stats["replays"] == 3 and stats["eager"] == {}
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not torch.equal(got[0], got[2])  # fresh numbers per call
+    assert torch.equal(state, want_state)
+
+
+@cuda
+def test_a_failed_capture_leaves_the_random_numbers_to_the_eager_call(host):
+    net = host.HostNoise().cuda()
+    x = torch.zeros(4, device="cuda")
+    torch.manual_seed(3)
+    want = net(x)
+    with _applied("HostNoise.forward"):
+        torch.manual_seed(3)
+        with pytest.warns(RuntimeWarning, match="capture failed: TransferMismatch"):
+            got = net(x)
+    assert torch.equal(got, want)
+
+
+@cuda
+def test_after_max_graphs_failed_captures_new_signatures_run_eagerly_at_once(host):
+    net = host.Counting().cuda()
+    with _applied("Counting.forward", max_graphs=2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for n in (1, 2, 3, 4):
+                net(torch.zeros(n, device="cuda"))
+        stats = cuda_graph.stats(net)["."]
+    assert len(stats["failed"]) == 2 and stats["graphs"] == []
+    assert stats["eager"]["more than max_graphs=2 failed captures"] == 2
+    assert net.calls == 2 * (3 + 1 + 1) + 2  # per try: 3 warm-ups, the capture, the eager call

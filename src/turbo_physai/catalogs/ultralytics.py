@@ -30,8 +30,9 @@ RTDETR_MSDA = group(
 )
 
 # RTDETRDetectionModel.predict (backbone, hybrid encoder, decoder) captured and replayed as CUDA
-# graphs (optimizations.common.cuda_graph) for inference; the training loss calls it with a dict
-# of targets (denoising queries), which runs eagerly with a RuntimeWarning saying so.
+# graphs (optimizations.common.cuda_graph) for inference. In training its denoising queries take
+# noise drawn on the host (torch.rand on the CPU): the capture fails (host data that changes) and
+# training runs eagerly with a RuntimeWarning saying so.
 RTDETR_CUDA_GRAPH = capture_group(
     "ultralytics.rtdetr.cuda_graph", "ultralytics.nn.tasks.RTDETRDetectionModel.predict",
     depends_on=("ultralytics.rtdetr.msda",),

@@ -5,10 +5,12 @@ than the GPU runs them. :func:`cuda_graph_wrapper` (a wrap factory for a model's
 captures the forward once per input signature and replays it: one launch instead of thousands.
 Where gradients are wanted it captures the backward too, as ``torch.cuda.make_graphed_callables``
 does, behind an autograd function whose backward replays it; the parameters' gradients reach
-them as usual, so the loss (Hungarian matching on the host included) and the optimizer stay the
-caller's, eager. The kernels replayed are the eager ones: outputs, losses and gradients are the
-eager model's bit for bit where the same kernels run (dropout draws other random numbers). An
-output gradient reaches the backward graph copied into a dense buffer; eager PyTorch runs a
+them as usual. The optimizer stays the caller's, eager, and so does a loss computed outside
+the wrapped forward (one computed inside, as transformers' DETR heads do, is in the graph).
+The kernels replayed are the eager ones: outputs, losses and gradients are the eager model's
+bit for bit where the same kernels run; warm-ups and capture leave the random number
+generators as they found them, so a replay draws the eager call's dropout masks. An output
+gradient reaches the backward graph copied into a dense buffer; eager PyTorch runs a
 matmul's backward on the expanded gradient of a plain ``y.sum()`` with other rounding (one ulp
 of a weight gradient, measured on the H200), so there the gradients agree to that ulp.
 
@@ -22,7 +24,9 @@ eagerly, with a ``RuntimeWarning`` naming why, once per reason and module:
 - an argument that holds something else than tensors and plain values, or no CUDA tensor;
 - forward hooks or backward hooks on the module or a submodule (a replay would not run them);
 - more signatures than ``max_graphs``; a capture that failed (the reason is its error: a host
-  synchronization inside the forward, a data-dependent shape);
+  synchronization inside the forward, a data-dependent shape, host data that changes); after
+  ``max_graphs`` failed captures, new signatures no longer try (each try runs the forward
+  ``warmup`` + 1 times);
 - a forward while the previous captured forward's backward has not run (its saved activations
   live in the graph's memory, which a second replay would overwrite); backward through a
   captured forward after the graph ran again raises instead of returning wrong gradients.
@@ -214,9 +218,13 @@ class _ModuleGraphs:
             return graph.run(self, args, kwargs)
 
     def _capture(self, key, module, args, kwargs):
-        if sum(isinstance(g, _Graph) for g in self.graphs.values()) >= \
-                self.options["max_graphs"]:
-            return f"more than max_graphs={self.options['max_graphs']} call signatures"
+        limit = self.options["max_graphs"]
+        if sum(isinstance(g, _Graph) for g in self.graphs.values()) >= limit:
+            return f"more than max_graphs={limit} call signatures"
+        # Each attempt runs the forward warmup + 1 times: a forward that fails for every
+        # signature (host-drawn noise, say) must not pay that on every new one.
+        if sum(isinstance(g, str) for g in self.graphs.values()) >= limit:
+            return f"more than max_graphs={limit} failed captures"
         try:
             graph = _Graph(self.forward, module, args, kwargs, self.options["warmup"])
         except Exception as e:  # noqa: BLE001 - any failure means: this signature runs eagerly
@@ -320,10 +328,16 @@ class _Graph:
         stream.wait_stream(torch.cuda.current_stream(device))
         self.transfers = HostTransfers(device)
         _capturing.active = True
+        # Warm-ups and capture draw random numbers (dropout, DETR's denoising noise): the call
+        # that follows, a replay or the eager fallback, draws from where it would have without
+        # them (a replay's kernels then draw the eager call's numbers).
+        rng = torch.get_rng_state(), torch.cuda.get_rng_state(device)
         try:
             self._capture(run, module, stream, device, params, wants_grad, warmup)
         finally:
             _capturing.active = False
+            torch.set_rng_state(rng[0])
+            torch.cuda.set_rng_state(rng[1], device)
         self.generation = 0
         self.summary = {
             "kind": "forward+backward" if self.backward_graph is not None else "forward",
@@ -348,6 +362,8 @@ class _Graph:
                     del outputs
             torch.cuda.synchronize(device)
         finally:  # the warm-up ran the forward: undo what it did to the buffers, failed or not
+            # (after the side stream's work: a failed warm-up's updates may still be queued)
+            torch.cuda.current_stream(device).wait_stream(stream)
             with torch.no_grad():
                 for b, saved in zip(module.buffers(), buffers, strict=True):
                     b.copy_(saved)
