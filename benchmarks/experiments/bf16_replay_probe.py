@@ -8,8 +8,13 @@ call: a replay), and the largest gradient difference. Each case in a fresh proce
 its workspace setting once): attention backend default or math; CUBLAS_WORKSPACE_CONFIG unset (or
 also :4096:8 with PROBE=--workspace); the eager reference with the autocast weight cache on or
 off (capture runs it off).
+
+H200, torch 2.11, transformers 5.17 (2026-12-03): math attention, cache on and off alike: 79
+gradients differ, max 1.95e-3. The default-attention cases did not run then (a bug in this
+script, fixed since); the GPU test of the same step with default attention is bit-exact.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -46,8 +51,7 @@ def case(math, workspace, cache):
         loss.backward()
         return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
-    backend = sdpa_kernel(SDPBackend.MATH) if math else sdpa_kernel(list(SDPBackend))
-    with backend:
+    with sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext():
         with tpa.applied("turbo_physai.deformable_detr", strict=True):
             want = grads(cache)
         with tpa.applied("turbo_physai.deformable_detr.cuda_graph", strict=True):

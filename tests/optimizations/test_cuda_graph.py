@@ -452,6 +452,8 @@ def test_after_max_graphs_failed_captures_new_signatures_run_eagerly_at_once(hos
             for n in (1, 2, 3, 4):
                 net(torch.zeros(n, device="cuda"))
         stats = cuda_graph.stats(net)["."]
-    assert len(stats["failed"]) == 2 and stats["graphs"] == []
+    failed = [why for why in stats["eager"] if why.startswith("capture failed")]
+    assert len(failed) == 1 and stats["eager"][failed[0]] == 2  # two tries, the same reason
     assert stats["eager"]["more than max_graphs=2 failed captures"] == 2
+    assert stats["graphs"] == []
     assert net.calls == 2 * (3 + 1 + 1) + 2  # per try: 3 warm-ups, the capture, the eager call
