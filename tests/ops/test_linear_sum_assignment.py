@@ -100,6 +100,14 @@ def test_invalid_entries_raise(shape, bad):
     assert int(status) == 1 and rows.tolist() == cols.tolist() == [-1] * min(shape)
 
 
+def test_assume_finite_still_checks_on_the_cpu():
+    # Reading the status costs nothing here: a broken promise still raises scipy's error.
+    with pytest.raises(ValueError, match="^matrix contains invalid numeric entries$"):
+        linear_sum_assignment(torch.tensor([[1.0, NAN]]), assume_finite=True)
+    cost = make((30, 7), "levels3", 2)
+    assert linear_sum_assignment(cost, assume_finite=True)[1].tolist() == scipy_pairs(cost)[1]
+
+
 @pytest.mark.parametrize("cost", [[[1.0, INF], [INF, INF]], [[INF, INF, INF]], [[1.0, INF]] * 3])
 def test_infeasible_raises(cost):
     with pytest.raises(ValueError, match="^cost matrix is infeasible$"):
@@ -224,6 +232,15 @@ def test_cuda_errors_empty_and_views():
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
         cost = make((40, 9), "levels10", 1, device="cuda", dtype=dtype)
         assert ours(cost) == scipy_pairs(cost)
+
+
+@needs_cuda
+def test_cuda_assume_finite_reads_nothing_back(monkeypatch):
+    # The status stays on the device: no check is made (a read would synchronize).
+    monkeypatch.setattr(lsap, "check_later", lambda *a, **k: pytest.fail("status read"))
+    cost = make((300, 9), "levels10", 3, device="cuda")
+    rows, cols = linear_sum_assignment(cost, assume_finite=True)
+    assert (rows.tolist(), cols.tolist()) == scipy_pairs(cost)
 
 
 @needs_cuda

@@ -6,18 +6,20 @@ level, in training and inference) replaced by :func:`turbo_physai.ops.frontends.
 ultralytics_function`. ``transformer.py`` imports it by name from ``utils.py``, and that copy is
 the one ``MSDeformAttn.forward`` calls: it is the alias replaced with it. Compatibility is by the
 function's code (``optimizations/common/ultralytics/msda.py``). ``ultralytics.rtdetr.cuda_graph``:
-inference replayed as CUDA graphs. See docs/catalogs/ultralytics.md.
+inference replayed as CUDA graphs. ``ultralytics.rtdetr.loss_graph_safe``: the training loss
+without the host synchronizations that have an exact rewrite. See docs/catalogs/ultralytics.md.
 """
 
 from __future__ import annotations
 
-from ..engine.declarations import group, replace
+from ..engine.declarations import group, replace, wrap
 from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("ultralytics",)
 
 _MODULES = "ultralytics.nn.modules"
+_LOSS_WRAPPER = "turbo_physai.optimizations.common.ultralytics.loss.loss_wrapper"
 
 RTDETR_MSDA = group(
     "ultralytics.rtdetr.msda",
@@ -38,4 +40,15 @@ RTDETR_CUDA_GRAPH = capture_group(
     depends_on=("ultralytics.rtdetr.msda",),
 )
 
-GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH)
+# The training loss's host synchronizations that have an exact rewrite (per-image box counts,
+# the matcher's cost to scipy per decoder layer) taken out: results unchanged, the host no
+# longer waits for the GPU there (optimizations.common.ultralytics.loss).
+RTDETR_LOSS = group(
+    "ultralytics.rtdetr.loss_graph_safe",
+    wrap(target="ultralytics.nn.tasks.RTDETRDetectionModel.loss", replacement=_LOSS_WRAPPER),
+    wrap(target="ultralytics.models.utils.ops.HungarianMatcher.forward",
+         replacement=_LOSS_WRAPPER),
+    compatibility_check="turbo_physai.optimizations.common.ultralytics.loss.check",
+)
+
+GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH, RTDETR_LOSS)

@@ -279,18 +279,24 @@ def _no_options(options: Mapping[str, Any]) -> None:
 
 def check(context) -> CompatibilityResult:
     """compatibility_check: every target holds transformers' finite check, rewritable."""
-    return _check(context, (FINITE_GUARD,), "a forward with transformers' finite check")
+    return check_targets(context, lambda f: rewrite(f, (FINITE_GUARD,), _HELPERS),
+                         "a forward with transformers' finite check")
 
 
 def check_loss(context) -> CompatibilityResult:
     """compatibility_check: every target holds a host synchronization :func:`loss_wrapper`
     rewrites."""
-    return _check(context, LOSS_RULES, "a DETR loss function with host synchronizations")
+    return check_targets(context, lambda f: rewrite(f, LOSS_RULES, _HELPERS),
+                         "a DETR loss function with host synchronizations")
 
 
-def _check(context, rules, expected: str) -> CompatibilityResult:
+_HELPERS = dict.fromkeys((_FINITE_CLAMP, _CHECK_LATER, _HOST_ITEM, "linear_sum_assignment"))
+
+
+def check_targets(context, attempt: Callable[[Any], Any], expected: str) -> CompatibilityResult:
+    """A compatibility result: whether ``attempt`` (a rewrite) succeeds on every target that
+    resolves and is not ours already; else the first :class:`NotRewritable` reason."""
     expected += ", rewritable"
-    helpers = dict.fromkeys((_FINITE_CLAMP, _CHECK_LATER, _HOST_ITEM, "linear_sum_assignment"))
     for target in context.targets:
         try:
             found = resolve(target.path).found
@@ -299,7 +305,7 @@ def _check(context, rules, expected: str) -> CompatibilityResult:
         if getattr(unwrap_descriptor(found), "_turbo_physai_rewritten", False):
             continue  # ours, installed: judged when it was applied
         try:
-            rewrite(found, rules, helpers)
+            attempt(found)
         except NotRewritable as e:
             return CompatibilityResult(False, expected, str(e), f"{target.path}: {e}")
     return CompatibilityResult(True, expected, "found", "the host code is rewritable")
