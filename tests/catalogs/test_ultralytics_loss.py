@@ -61,16 +61,20 @@ def _assert_identical(got, want):
         assert a.dtype == b.dtype and torch.equal(a, b)
 
 
-def test_training_step_keeps_stocks_loss_and_gradients_bit_for_bit(deterministic):
-    # Deterministic mode: the denoising class embedding's backward adds rows in parallel, so two
-    # stock steps differ in its last bits otherwise.
-    model = _model()
-    batch = _batch(model, "cpu")
+def _assert_the_step_is_stocks(device):
+    model = _model(device)
+    batch = _batch(model, device)
     want = _step(model, batch)
     _assert_identical(_step(model, batch), want)  # reproducible
     with tpa.applied(groups=[GROUP], strict=True):
         got = _step(model, batch)
     _assert_identical(got, want)
+
+
+def test_training_step_keeps_stocks_loss_and_gradients_bit_for_bit(deterministic):
+    # Deterministic mode: the denoising class embedding's backward adds rows in parallel, so two
+    # stock steps differ in its last bits otherwise.
+    _assert_the_step_is_stocks("cpu")
 
 
 @pytest.mark.parametrize("counts", [(3, 0, 2), (0, 0), (1,), (7, 7)], ids=str)
@@ -142,10 +146,4 @@ def test_rollback_restores_both_functions():
 
 @cuda
 def test_on_cuda_the_step_is_stocks_and_the_matches_stay_on_the_device(deterministic):
-    model = _model("cuda")
-    batch = _batch(model, "cuda")
-    want = _step(model, batch)
-    _assert_identical(_step(model, batch), want)  # reproducible
-    with tpa.applied(groups=[GROUP], strict=True):
-        got = _step(model, batch)
-    _assert_identical(got, want)
+    _assert_the_step_is_stocks("cuda")
