@@ -147,3 +147,12 @@ def test_rollback_restores_both_functions():
 @cuda
 def test_on_cuda_the_step_is_stocks_and_the_matches_stay_on_the_device(deterministic):
     _assert_the_step_is_stocks("cuda")
+    matcher = _matcher_module().HungarianMatcher(use_fl=True)
+    scores, boxes = torch.randn(2, 30, 5, device="cuda"), torch.rand(2, 30, 4, device="cuda")
+    gt_boxes, gt_cls = torch.rand(3, 4, device="cuda"), torch.tensor([1, 0, 4], device="cuda")
+    want = matcher(boxes, scores, gt_boxes, gt_cls, [2, 1])
+    with tpa.applied(groups=[GROUP], strict=True):
+        got = matcher(boxes, scores, gt_boxes, gt_cls, [2, 1])
+    assert all(t.device.type == "cuda" for pair in got for t in pair)
+    assert [[t.tolist() for t in pair] for pair in got] == \
+        [[t.tolist() for t in pair] for pair in want]
