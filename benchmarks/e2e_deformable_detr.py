@@ -37,7 +37,9 @@ the variants that need no second compile; per variant also the kernels of one st
 the ten that take longest). ``--model rt_detr`` runs the same variants on RT-DETR
 (``RTDetrForObjectDetection(RTDetrConfig())``, ResNet-50-vd, built as benchmarks/e2e_rtdetr.py
 does; its training forward builds denoising queries from the labels; use ``--batch 8 --height
-640 --width 640``) with its groups (``transformers.rt_detr.*``). Writes
+640 --width 640``) with its groups (``transformers.rt_detr.*``). ``--varying-labels N`` gives
+each step other box counts (N sets of 1-10 boxes per image, in turn), as real data does: a
+captured loss then meets a new signature each step (see the variant's ``cuda_graph`` stats). Writes
 benchmarks/results/e2e_<model>_training_step[_AMP].json, after each variant.
 """
 
@@ -47,6 +49,7 @@ import argparse
 import contextlib
 import copy
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -224,12 +227,22 @@ def profile_table(step, device, rows=25):
     return prof.key_averages().table(sort_by=key, row_limit=rows)
 
 
-def detr_labels(batch, num_labels, device, objects=5):
-    """Fixed random targets: `objects` boxes (cx, cy, w, h inside the image) per image."""
-    gen = torch.Generator().manual_seed(2)
-    return [{"class_labels": torch.randint(0, num_labels, (objects,), generator=gen).to(device),
-             "boxes": (torch.rand(objects, 4, generator=gen) * 0.4 + 0.3).to(device)}
-            for _ in range(batch)]
+def detr_labels(batch, num_labels, device, objects=5, seed=2):
+    """Random targets: `objects` boxes (cx, cy, w, h inside the image) per image, or per image
+    a count drawn from 1..10 where `objects` is None."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = [objects or int(torch.randint(1, 11, (), generator=gen)) for _ in range(batch)]
+    return [{"class_labels": torch.randint(0, num_labels, (n,), generator=gen).to(device),
+             "boxes": (torch.rand(n, 4, generator=gen) * 0.4 + 0.3).to(device)}
+            for n in counts]
+
+
+def label_sets(batch, num_labels, device, varying=0):
+    """The labels of successive steps: one fixed set (5 boxes per image), or ``varying`` sets
+    with 1..10 boxes per image, cycled (real data: each step's counts differ)."""
+    if not varying:
+        return [detr_labels(batch, num_labels, device)]
+    return [detr_labels(batch, num_labels, device, None, seed) for seed in range(varying)]
 
 
 def gpu_busy_ms(step, device):
@@ -257,10 +270,12 @@ def gpu_kernels(step, device, top=10):
                     for e in events[:top]]}
 
 
-def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_variant=None):
+def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_variant=None,
+                           varying=0):
     """Issue 29's variants of the full training step, each from the same weights (``wanted``:
-    the names to run in that order, default all); ``on_variant(results)`` after each."""
-    labels = detr_labels(pixels.shape[0], model.config.num_labels, device)
+    the names to run in that order, default all; ``varying``: :func:`label_sets`);
+    ``on_variant(results)`` after each."""
+    sets = label_sets(pixels.shape[0], model.config.num_labels, device, varying)
     weights = copy.deepcopy(model.state_dict())
     def applied(*groups, **options):
         config = turbo_physai.OptimizationConfig.for_groups(*groups, **options)
@@ -278,15 +293,21 @@ def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_var
             whole: {"backend": "cudagraphs", "fullgraph": True, "dynamic": False}}))
         variants["ours_cuda_graph"] = (model, applied(f"{group}.cuda_graph"))  # + its deps
     results = {}
+    unknown = sorted(set(wanted or ()) - set(variants))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; on {device}: {sorted(variants)}")
     for name in wanted or variants:  # in the order asked: a time limit cuts the last
         callee, context = variants[name]
         model.load_state_dict(weights)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device == "cuda")
 
-        def step(callee=callee, optimizer=optimizer):
+        calls = itertools.count()
+
+        def step(callee=callee, optimizer=optimizer, calls=calls):
             model.train()
             optimizer.zero_grad(set_to_none=True)
             with autocast(pixels.device, amp):
+                labels = sets[next(calls) % len(sets)]
                 loss = callee(pixel_values=pixels, labels=labels).loss
             loss.backward()
             optimizer.step()
@@ -359,6 +380,9 @@ def main(argv=None):
                              "backward, AdamW) instead")
     parser.add_argument("--model", choices=["deformable_detr", "rt_detr"],
                         default="deformable_detr", help="with --training-step: the model")
+    parser.add_argument("--varying-labels", type=int, default=0, metavar="N",
+                        help="with --training-step: N label sets with 1-10 boxes per image, "
+                             "one per step in turn (real data), instead of one fixed set")
     parser.add_argument("--variants", default=None,
                         help="with --training-step: comma-separated variant names to run "
                              "(default all)")
@@ -431,6 +455,7 @@ def write_training_step(args, model, pixels, amp):
     result = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "transformers": transformers.__version__,
               "command": " ".join(sys.argv), "amp": args.amp, "model": args.model,
+              "varying_labels": args.varying_labels,
               "shape": [args.batch, 3, args.height, args.width], "reps": args.reps}
 
     def save(variants):  # after each variant: a time limit may cut the run
@@ -438,7 +463,8 @@ def write_training_step(args, model, pixels, amp):
         path.write_text(json.dumps(result, indent=1))
 
     wanted = args.variants.split(",") if args.variants else None
-    training_step_variants(model, pixels, args.device, args.reps, amp, wanted, save)
+    training_step_variants(model, pixels, args.device, args.reps, amp, wanted, save,
+                           args.varying_labels)
     save(result["variants"])
     print("| variant | step ms (min) | GPU busy ms | step / busy | peak MiB | first step s "
           "| x stock | first loss diff | inference ms (min) | its GPU busy ms | x stock |\n"
