@@ -331,13 +331,11 @@ class _Graph:
         # Warm-ups and capture draw random numbers (dropout, DETR's denoising noise): the call
         # that follows, a replay or the eager fallback, draws from where it would have without
         # them (a replay's kernels then draw the eager call's numbers).
-        rng = torch.get_rng_state(), torch.cuda.get_rng_state(device)
         try:
-            self._capture(run, module, stream, device, params, wants_grad, warmup)
+            with torch.random.fork_rng(devices=[device]):
+                self._capture(run, module, stream, device, params, wants_grad, warmup)
         finally:
             _capturing.active = False
-            torch.set_rng_state(rng[0])
-            torch.cuda.set_rng_state(rng[1], device)
         self.generation = 0
         self.summary = {
             "kind": "forward+backward" if self.backward_graph is not None else "forward",

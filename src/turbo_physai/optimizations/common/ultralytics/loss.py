@@ -29,7 +29,7 @@ from typing import Any
 
 from ....engine.context import CompatibilityResult
 from ....engine.paths import unwrap_descriptor
-from ..graph_safe import NotRewritable, Template, check_targets, rewrite
+from ..graph_safe import NotRewritable, Template, _no_options, check_targets, rewrite
 
 _LSAP = "linear_sum_assignment"
 
@@ -84,9 +84,7 @@ def rewritten(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def loss_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
     """Wrap factory: :func:`rewritten`."""
-    if options:
-        raise ValueError(f"ultralytics.rtdetr.loss_graph_safe takes no options, got "
-                         f"{sorted(options)}")
+    _no_options(options)
     return rewritten(original)
 
 
