@@ -245,18 +245,11 @@ def label_sets(batch, num_labels, device, varying=0):
     return [detr_labels(batch, num_labels, device, None, seed) for seed in range(varying)]
 
 
-def gpu_busy_ms(step, device):
-    """Summed device time of one call of `step` (after one unprofiled call), from the profiler:
-    device activity only (with CPU activity too, each kernel's time also counts as the self
-    device time of the op that launched it, and the sum doubles)."""
-    if device != "cuda":
-        return None
-    return gpu_kernels(step, device)["busy_ms"]
-
-
 def gpu_kernels(step, device, top=10):
-    """``gpu_busy_ms`` with the kernels behind it: their count in one call and the ``top`` that
-    take longest (name, calls, total ms)."""
+    """Summed device time of one call of `step` (after one unprofiled call), from the profiler
+    (``busy_ms``), with the kernels behind it: their count and the ``top`` that take longest
+    (name, calls, total ms). Device activity only (with CPU activity too, each kernel's time also
+    counts as the self device time of the op that launched it, and the sum doubles)."""
     if device != "cuda":
         return {"busy_ms": None}
     step()
