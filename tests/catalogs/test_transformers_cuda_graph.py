@@ -93,6 +93,23 @@ def _steps(model, pixels, labels, steps=3, amp=None):
     return found
 
 
+def _eager_then_replayed(model, pixels, labels, amp, eager, config):
+    """(eager steps, replayed steps, cuda_graph stats): three training steps under ``eager`` (an
+    applied selection; checked reproducible) and under the shipped ``config``, where the whole
+    forward with labels must be one graph, replayed each step, nothing run eagerly."""
+    with eager:
+        want = _steps(model, pixels, labels, amp=amp)
+        _assert_identical(_steps(model, pixels, labels, amp=amp), want)  # reproducible
+    with tpa.applied(config, strict=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
+            got = _steps(model, pixels, labels, amp=amp)
+        stats = cuda_graph.stats(model)
+    assert [g["kind"] for g in stats["."]["graphs"]] == ["forward+backward"]
+    assert stats["."]["replays"] == 3 and stats["."]["eager"] == {}
+    return want, got, stats
+
+
 def _assert_identical(got, want, bfloat16_rounding=False):
     """Equal bit for bit; ``bfloat16_rounding``: each tensor within a few bfloat16 roundings
     (2**-6) of its largest entry (a wrong gradient is off by the order of that entry)."""
@@ -241,16 +258,8 @@ def test_training_steps_replayed_equal_eager_with_our_op_bit_for_bit(amp, determ
     # The whole forward with labels (model, heads, DETR loss with its matching) is one graph,
     # its backward another; only the optimizer runs eagerly.
     model, pixels, labels = _detr("cuda")
-    with tpa.applied(EAGER, strict=True):
-        want = _steps(model, pixels, labels, amp=amp)
-        _assert_identical(_steps(model, pixels, labels, amp=amp), want)  # reproducible
-    with tpa.applied(CONFIG, strict=True):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
-            got = _steps(model, pixels, labels, amp=amp)
-        stats = cuda_graph.stats(model)
-    assert [g["kind"] for g in stats["."]["graphs"]] == ["forward+backward"]
-    assert stats["."]["replays"] == 3 and stats["."]["eager"] == {}
+    want, got, stats = _eager_then_replayed(model, pixels, labels, amp,
+                                            tpa.applied(EAGER, strict=True), CONFIG)
     assert stats["."]["failed"] == [] and stats["model"]["graphs"] == []  # inside the outer one
     _assert_identical(got, want)
 
@@ -313,16 +322,8 @@ def test_rt_detr_training_steps_with_denoising_replayed_equal_eager(amp, noise,
     # torch 2.11): some kernel of the replay is not eager's; not isolated yet
     # (docs/performance-notes.md).
     model, pixels, labels = _rt_detr_with_denoising("cuda", noise=noise)
-    with tpa.applied(groups=[catalog.msda_group("rt_detr")], strict=True):
-        want = _steps(model, pixels, labels, amp=amp)
-        _assert_identical(_steps(model, pixels, labels, amp=amp), want)  # reproducible
-    with tpa.applied(RT_DETR_CONFIG, strict=True):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # nothing ran eagerly
-            got = _steps(model, pixels, labels, amp=amp)
-        stats = cuda_graph.stats(model)
-    assert [g["kind"] for g in stats["."]["graphs"]] == ["forward+backward"]
-    assert stats["."]["replays"] == 3 and stats["."]["eager"] == {}
+    eager = tpa.applied(groups=[catalog.msda_group("rt_detr")], strict=True)
+    want, got, _ = _eager_then_replayed(model, pixels, labels, amp, eager, RT_DETR_CONFIG)
     _assert_identical(got, want, bfloat16_rounding=amp is not None)
 
 
