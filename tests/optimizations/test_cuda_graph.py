@@ -98,6 +98,18 @@ class HostNoise(nn.Module):
         return x + torch.rand(x.shape).to(x.device)
 
 
+class Checked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        from turbo_physai.optimizations.common.graph_checks import check_later
+
+        check_later((x < 0).any(), "negative input")  # validates device data (DETR's boxes)
+        return self.lin(x)
+
+
 class Syncing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -359,6 +371,41 @@ def test_a_backward_after_the_graph_ran_again_raises(host):
         net(x)["y"].sum().backward()
         with pytest.raises(RuntimeError, match="ran again before this backward"):
             kept.backward()
+
+
+@cuda
+def test_device_checks_raise_at_the_call_or_at_its_backward_after_a_replay(host):
+    net = host.Checked().cuda()
+
+    def _loss(y):  # squared: see test_gradients_accumulate_over_two_backwards_as_eager
+        return (y ** 2).sum()
+
+    good, bad = torch.rand(8, 4, device="cuda"), -torch.rand(8, 4, device="cuda")
+    _loss(net(good)).backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad(set_to_none=True)
+    found = "negative input \\(found after a CUDA graph replay\\)"
+    with _applied("Checked.forward"):
+        with torch.no_grad():
+            net(good)  # captured: a forward-only replay reads its checks before returning
+            with pytest.raises(ValueError, match=found):
+                net(bad)
+        _loss(net(good)).backward()  # captured with its backward
+        net.zero_grad(set_to_none=True)
+        out = _loss(net(bad))  # returns: the backward reads the checks, before any gradient
+        with pytest.raises(ValueError, match=found):
+            out.backward()
+        assert all(p.grad is None for p in net.parameters())
+        del out
+        net(bad)  # its backward never runs: the next call raises before doing anything
+        with pytest.raises(ValueError, match=found):
+            net(good)
+        _loss(net(good)).backward()
+        stats = next(iter(cuda_graph.stats(net).values()))
+    assert [g["kind"] for g in stats["graphs"]] == ["forward", "forward+backward"]
+    assert stats["eager"] == {} and stats["replays"] == 6
+    for p, w in zip(net.parameters(), want, strict=True):
+        assert torch.equal(p.grad, w)
 
 
 @cuda

@@ -4,11 +4,12 @@ Host code that validates device data (``if not (boxes[:, 2:] >= boxes[:, :2]).al
 a kernel's status word) synchronizes the stream to read the answer, which a CUDA graph capture
 forbids. :func:`check_later` keeps the check and its error: outside a capture it reads the flag
 at once (the synchronization the ``if`` made) and raises; while :func:`collecting` (a
-``cuda_graph`` capture) it queues the flag, and :meth:`Collected.raise_failed`, after each
-replay, reads all the graph's flags with one copy and raises the first failed check's error.
-The work after the check has then run on the bad data, as it would not have eagerly; the error
-is the same, one step of host code later. Its message cannot show device values from inside a
-graph (they live in the graph's memory, reused by later kernels): ``deferred`` says so instead.
+``cuda_graph`` capture) it queues the flag. After each replay :meth:`Collected.fetch` starts
+copying all the graph's flags to the host (one copy, no wait) and :meth:`Collected.raise_failed`
+waits for that copy and raises the first failed check's error. The work after the check has
+then run on the bad data, as it would not have eagerly; the error is the same, raised later
+(``cuda_graph`` says when). Its message cannot show device values from inside a graph (they
+live in the graph's memory, reused by later kernels): ``deferred`` says so instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Collected:
         self.flags: list[Any] = []
         self.errors: list[tuple[type[Exception], str]] = []
         self.stacked = None
+        self.host = self.copied = None  # the flags' host copy; the event that ends it
+        self.fetched = False
 
     def seal(self) -> None:
         """Stack the flags into one device tensor (call while still capturing: the stacking is
@@ -37,12 +40,33 @@ class Collected:
         if self.flags:
             self.stacked = torch.stack([f.reshape(()) for f in self.flags])
 
-    def raise_failed(self) -> None:
-        """After a replay: raise the error of the first check whose flag is set (one copy)."""
+    def fetch(self) -> None:
+        """After a replay: start copying the flags to the host (pinned memory, no wait)."""
         if self.stacked is None:
             return
-        failed = self.stacked.tolist()
-        for flag, (error, message) in zip(failed, self.errors, strict=True):
+        import torch
+
+        if self.host is None:
+            cuda = self.stacked.is_cuda
+            self.host = torch.empty(self.stacked.shape, dtype=self.stacked.dtype,
+                                    pin_memory=cuda)
+            self.copied = torch.cuda.Event() if cuda else None
+        self.host.copy_(self.stacked, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+        self.fetched = True
+
+    def raise_failed(self) -> None:
+        """After a replay: raise the error of the first check whose flag is set, waiting for the
+        copy :meth:`fetch` started (started now if none is)."""
+        if self.stacked is None:
+            return
+        if not self.fetched:
+            self.fetch()
+        self.fetched = False
+        if self.copied is not None:
+            self.copied.synchronize()
+        for flag, (error, message) in zip(self.host.tolist(), self.errors, strict=True):
             if flag:
                 raise error(message)
 
