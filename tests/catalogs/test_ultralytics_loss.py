@@ -61,12 +61,15 @@ def _assert_identical(got, want):
         assert a.dtype == b.dtype and torch.equal(a, b)
 
 
-def _assert_the_step_is_stocks(device):
+def _assert_the_step_is_stocks(device, *base):
+    """One training step with the group equals one without, bit for bit; ``base``: groups
+    applied on both sides."""
     model = _model(device)
     batch = _batch(model, device)
-    want = _step(model, batch)
-    _assert_identical(_step(model, batch), want)  # reproducible
-    with tpa.applied(groups=[GROUP], strict=True):
+    with tpa.applied(groups=list(base), strict=True):
+        want = _step(model, batch)
+        _assert_identical(_step(model, batch), want)  # reproducible
+    with tpa.applied(groups=[*base, GROUP], strict=True):
         got = _step(model, batch)
     _assert_identical(got, want)
 
@@ -146,7 +149,9 @@ def test_rollback_restores_both_functions():
 
 @cuda
 def test_on_cuda_the_step_is_stocks_and_the_matches_stay_on_the_device(deterministic):
-    _assert_the_step_is_stocks("cuda")
+    # With our MSDA op on both sides: grid_sample's CUDA backward adds with float atomics, so two
+    # stock steps differ in the last bits even in deterministic mode (H200, torch 2.11).
+    _assert_the_step_is_stocks("cuda", "ultralytics.rtdetr.msda")
     matcher = _matcher_module().HungarianMatcher(use_fl=True)
     scores, boxes = torch.randn(2, 30, 5, device="cuda"), torch.rand(2, 30, 4, device="cuda")
     gt_boxes, gt_cls = torch.rand(3, 4, device="cuda"), torch.tensor([1, 0, 4], device="cuda")
