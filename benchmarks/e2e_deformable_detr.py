@@ -24,22 +24,23 @@ loss is summed in float32). ``--compile-backend cudagraphs`` runs the compile va
 generation (MODE is then ignored), so the numerics stay those of the eager ops.
 
 ``--training-step`` measures the whole training step of issue 29 instead: forward with labels
-(transformers' DETR loss with Hungarian matching; 5 fixed random boxes per image), backward and
-a fused AdamW step (CUDA; plain on the CPU), for stock eager, stock ``torch.compile(model)``
+(transformers' DETR loss with Hungarian matching; 5 fixed random boxes per image), backward and a
+fused AdamW step (CUDA; plain on the CPU), for stock eager, stock ``torch.compile(model)``
 (inductor, default mode), eager with our op, with our op and ``transformers.deformable_detr.
 graph_safe`` (no host sync per encoder layer) and, on CUDA, that plus ``compile_model`` on the
 ``cudagraphs`` backend (fullgraph), and ``transformers.deformable_detr.cuda_graph`` (the model
 forward and backward replayed as CUDA graphs), each from the same weights (``--variants`` picks
-some); figures: step time (median, min), GPU busy time of one step (the profiler's summed device
-time), their ratio, the peak memory of a step, the first step's time (compile or capture) and
-the first step's loss against stock's; and inference (eval, no_grad: time and GPU busy time) for
-the variants that need no second compile; per variant also the kernels of one step (count, and
-the ten that take longest). ``--model rt_detr`` runs the same variants on RT-DETR
+some); figures: step time (median, min), the host's time to issue a step, GPU busy time of one step
+(the profiler's summed device time), their ratio, the peak memory of a step, the first step's time
+(compile or capture) and the first step's loss against stock's; and inference (eval, no_grad: time
+and GPU busy time) for the variants that need no second compile; per variant also the kernels of
+one step (count, and the ten that take longest) and where the GPU idles within the step
+(``idle_gaps``). ``--model rt_detr`` runs the same variants on RT-DETR
 (``RTDetrForObjectDetection(RTDetrConfig())``, ResNet-50-vd, built as benchmarks/e2e_rtdetr.py
-does; its training forward builds denoising queries from the labels; use ``--batch 8 --height
-640 --width 640``) with its groups (``transformers.rt_detr.*``). ``--varying-labels N`` gives
-each step other box counts (N sets of 1-10 boxes per image, in turn), as real data does: a
-captured loss then meets a new signature each step (see the variant's ``cuda_graph`` stats). Writes
+does; its training forward builds denoising queries from the labels; use ``--batch 8 --height 640
+--width 640``) with its groups (``transformers.rt_detr.*``). ``--varying-labels N`` gives each step
+other box counts (N sets of 1-10 boxes per image, in turn), as real data does: a captured loss then
+meets a new signature each step (see the variant's ``cuda_graph`` stats). Writes
 benchmarks/results/e2e_<model>_training_step[_AMP].json, after each variant.
 """
 
@@ -104,6 +105,19 @@ def times_ms(fn, device, reps, warmup=3):
         sync(device)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times), min(times)
+
+
+def host_ms(fn, device, reps):
+    """Median time the host takes to issue one call (from a synchronized start until ``fn``
+    returns, before the GPU is done): near the step time, the step is host-bound."""
+    times = []
+    for _ in range(reps):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    sync(device)
+    return statistics.median(times)
 
 
 def autocast(device, amp):
@@ -260,7 +274,35 @@ def gpu_kernels(step, device, top=10):
     return {"busy_ms": sum(e.self_device_time_total for e in events) / 1e3,
             "kernels": sum(e.count for e in events),
             "top": [(e.key[:90], e.count, round(e.self_device_time_total / 1e3, 3))
-                    for e in events[:top]]}
+                    for e in events[:top]],
+            "idle": idle_gaps([(e.time_range.start, e.time_range.end, e.name)
+                               for e in prof.events() if e.device_type.name == "CUDA"])}
+
+
+def idle_gaps(activity, host_us=20.0, largest=6):
+    """Where the GPU idles within one profiled step, from its device activity ``(start_us,
+    end_us, name)``: the span from the first start to the last end, and the idle time inside
+    it, split into gaps up to ``host_us`` (kernel to kernel: launch and dependency latency, in a
+    graph too) and longer ones (the GPU waiting for the host), with the ``largest`` of those
+    (ms, the activity before and after)."""
+    if not activity:
+        return None
+    activity = sorted(activity)
+    short = long_ = 0.0
+    gaps = []
+    end, before = activity[0][1], activity[0][2]
+    for start, stop, name in activity[1:]:
+        gap = start - end
+        if gap > host_us:
+            long_ += gap
+            gaps.append((round(gap / 1e3, 3), before[:60], name[:60]))
+        elif gap > 0:
+            short += gap
+        if stop > end:
+            end, before = stop, name
+    return {"span_ms": (end - activity[0][0]) / 1e3, "idle_short_ms": short / 1e3,
+            "idle_long_ms": long_ / 1e3, "long_gaps": len(gaps),
+            "largest": sorted(gaps, reverse=True)[:largest]}
 
 
 def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_variant=None,
@@ -316,9 +358,11 @@ def training_step_variants(model, pixels, device, reps, amp, wanted=None, on_var
             first_loss, first_s = first_call_s(step, device)
             first_loss = first_loss.item()
             median, minimum = times_ms(step, device, reps, warmup=2)
+            host = host_ms(step, device, reps)
             kernels = gpu_kernels(step, device)
             busy = kernels.pop("busy_ms")
-            figures = {"step_ms": median, "step_min_ms": minimum, "gpu_busy_ms": busy,
+            figures = {"step_ms": median, "step_min_ms": minimum, "host_ms": host,
+                       "gpu_busy_ms": busy,
                        "step_per_busy": median / busy if busy else None,
                        "peak_mib": peak_mib(step, device), "first_step_s": first_s,
                        "first_loss": first_loss, "step_kernels": kernels}
@@ -459,14 +503,14 @@ def write_training_step(args, model, pixels, amp):
     training_step_variants(model, pixels, args.device, args.reps, amp, wanted, save,
                            args.varying_labels)
     save(result["variants"])
-    print("| variant | step ms (min) | GPU busy ms | step / busy | peak MiB | first step s "
-          "| x stock | first loss diff | inference ms (min) | its GPU busy ms | x stock |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| variant | step ms (min) | host ms | GPU busy ms | step / busy | peak MiB "
+          "| first step s | x stock | first loss diff | inference ms (min) | its GPU busy ms "
+          "| x stock |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, f in result["variants"].items():
         cell = functools.partial(_cell, f)
         infer = (f"{f['infer_ms']:.1f} ({f['infer_min_ms']:.1f})" if "infer_ms" in f else "-")
         print(f"| {name} | {f['step_ms']:.1f} ({f['step_min_ms']:.1f}) "
-              f"| {cell('gpu_busy_ms', '.1f')} "
+              f"| {cell('host_ms', '.1f')} | {cell('gpu_busy_ms', '.1f')} "
               f"| {cell('step_per_busy', '.2f')} | {cell('peak_mib', '.0f')} "
               f"| {f['first_step_s']:.1f} | {cell('speedup_vs_stock', '.2f')}x "
               f"| {cell('first_loss_diff_vs_stock', '.1e')} | {infer} "
