@@ -262,21 +262,32 @@ def label_sets(batch, num_labels, device, varying=0):
 def gpu_kernels(step, device, top=10):
     """Summed device time of one call of `step` (after one unprofiled call), from the profiler
     (``busy_ms``), with the kernels behind it: their count and the ``top`` that take longest
-    (name, calls, total ms). Device activity only (with CPU activity too, each kernel's time also
-    counts as the self device time of the op that launched it, and the sum doubles)."""
+    (name, calls, total ms), and where the GPU idles (:func:`idle_gaps`). Device activity only
+    (with CPU activity too, each kernel's time also counts as the self device time of the op
+    that launched it, and the sum doubles). A one-element fill launched on the idle GPU just
+    before the call marks when the call began (``prologue_ms``: until its first kernel); it is
+    left out of the other figures."""
     if device != "cuda":
         return {"busy_ms": None}
     step()
+    marker = torch.empty(1, device=device)
+    sync(device)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        marker.fill_(0.0)
         step()
         sync(device)
+    activity = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                      if e.device_type.name == "CUDA")
+    (mark_start, mark_end, mark), activity = activity[0], activity[1:]
     events = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)
-    return {"busy_ms": sum(e.self_device_time_total for e in events) / 1e3,
-            "kernels": sum(e.count for e in events),
-            "top": [(e.key[:90], e.count, round(e.self_device_time_total / 1e3, 3))
-                    for e in events[:top]],
-            "idle": idle_gaps([(e.time_range.start, e.time_range.end, e.name)
-                               for e in prof.events() if e.device_type.name == "CUDA"])}
+    busy = sum(e.self_device_time_total for e in events) - (mark_end - mark_start)
+    idle = idle_gaps(activity)
+    if idle:
+        idle["prologue_ms"] = (activity[0][0] - mark_end) / 1e3
+    return {"busy_ms": busy / 1e3, "kernels": sum(e.count for e in events) - 1,
+            "top": [(e.key[:90], e.count - (e.key == mark),
+                     round(e.self_device_time_total / 1e3, 3)) for e in events[:top]],
+            "idle": idle}
 
 
 def idle_gaps(activity, host_us=20.0, largest=6):
