@@ -277,19 +277,26 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
     if _global_hooks():
         return None, None, "global module hooks are registered (a replay would not run them)"
     # One walk over the submodules, without module.modules()/parameters()/buffers(): each of
-    # those walks the tree again and names every module (3x the time for Deformable DETR's 534
-    # modules, per call). A shared submodule or tensor is simply seen twice, every call alike.
+    # those walks the tree again and names every module; and flat appends, not a tuple per
+    # tensor (idle dev box, per call: Deformable DETR 1.6 -> 0.4 ms, Ultralytics RT-DETR-l 2.3
+    # -> 0.65 ms). A shared submodule or tensor is simply seen twice, every call alike.
     training, state, stack = [], [], [module]
+    add = state.append
     while stack:
         m = stack.pop()
+        if m is None:
+            continue
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
                 or m._backward_pre_hooks:
             return None, None, f"{type(m).__name__} has hooks (a replay would not run them)"
         training.append(m.training)
         for tensors in (m._parameters, m._buffers):
-            state.extend((id(t), t.data_ptr(), t.requires_grad)
-                         for t in tensors.values() if t is not None)
-        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+            for t in tensors.values():
+                if t is not None:
+                    add(id(t))
+                    add(t.data_ptr())
+                    add(t.requires_grad)
+        stack.extend(m._modules.values())
     if not on_cuda:
         return None, None, "no CUDA tensor among the arguments"
     autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
