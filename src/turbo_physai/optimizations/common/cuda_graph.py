@@ -262,8 +262,9 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
     import torch.utils._pytree as pytree
 
     parts, on_cuda = [], False
-    leaves, spec = pytree.tree_flatten_with_path(_arguments(args, kwargs))
-    for path, value in leaves:
+    arguments = _arguments(args, kwargs)
+    leaves, spec = pytree.tree_flatten(arguments)  # paths only for the error: half the time
+    for i, value in enumerate(leaves):
         if isinstance(value, torch.Tensor):
             parts.append((tuple(value.shape), value.stride(), value.dtype, value.device,
                           value.requires_grad))
@@ -271,6 +272,7 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
         elif isinstance(value, _PLAIN):
             parts.append((type(value), value))
         else:
+            path = pytree.tree_flatten_with_path(arguments)[0][i][0]
             return None, None, (f"argument {_where(path)} is a {type(value).__name__}, not a "
                                 "tensor or a plain value")
     parts.append(spec)
