@@ -281,6 +281,31 @@ def test_rt_detr_v2_uneven_points_per_level_reach_our_op_and_match(op_calls):
     _close(ours, stock)
 
 
+def test_rt_detr_v2_compiles_with_its_runtime_condition_in_one_graph(op_calls):
+    """The group's Dispatcher at the module function is traced by torch.compile, condition
+    included (engine/traced_dispatch.py): fullgraph=True, forward and backward (aot_eager)."""
+    _require("transformers.rt_detr_v2.msda")
+    module = _module("rt_detr_v2")
+    value, shapes, shape_list, loc, weights = _call_site_inputs(p=2)
+    leaves = (value, loc.flatten(3, 4), weights.flatten(3, 4))
+
+    def run(fn):
+        tensors = [t.clone().requires_grad_() for t in leaves]
+        out = fn(*tensors)
+        return [out.detach(), *torch.autograd.grad((out * out).sum(), tensors)]
+
+    def call(v, sl, w):
+        return module.multi_scale_deformable_attention_v2(v, shape_list, sl, w, [2, 2])
+
+    stock = run(call)
+    torch._dynamo.reset()
+    with tpa.applied(groups=["transformers.rt_detr_v2.msda"], strict=True):
+        ours = run(torch.compile(call, backend="aot_eager", fullgraph=True))
+    torch._dynamo.reset()
+    assert op_calls
+    _close(ours, stock)
+
+
 @pytest.mark.parametrize("model", list(catalog.STORED_V2_MODELS))
 def test_stored_function_is_ours_for_every_instance_and_theirs_after(model):
     """Built before or while applied, every attention module reads our function while applied

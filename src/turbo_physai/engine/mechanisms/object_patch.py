@@ -2,15 +2,17 @@
 
 The descriptor kind is kept: a staticmethod/classmethod target receives the new function wrapped
 the same way, so callers see no difference. With a runtime_condition the installed object is the
-C++ Dispatcher choosing between the replacement and the original on every call.
+C++ Dispatcher choosing between the replacement and the original on every call (traced by
+torch.compile where it is read unbound: :mod:`..traced_dispatch`).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from ... import _core
-from .. import evidence, kinds
+from .. import evidence, kinds, traced_dispatch
 from ..declarations import Replace, Wrap
 from ..paths import Location, ResolutionError, resolve, resolve_object, unwrap_descriptor
 from ..report import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Check
@@ -105,6 +107,9 @@ def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
             return patch
         value = _core.Dispatcher(original, new, condition, decl.runtime_condition)
         ctx.report.dispatchers[decl.target] = value
+        if kind == kinds.STATICMETHOD or all(isinstance(loc.owner, ModuleType)
+                                             for loc in patch.locations):
+            traced_dispatch.mark_traceable(value)  # read unbound: torch.compile can trace it
     patch.value = value
     return patch
 

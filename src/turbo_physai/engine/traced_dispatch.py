@@ -1,0 +1,62 @@
+"""A runtime_condition Dispatcher under ``torch.compile``: traced, not a graph break.
+
+Dynamo cannot trace the native Dispatcher's ``__call__`` (a C slot): every call of a patched
+function was a graph break, and ``fullgraph=True`` failed (RT-DETRv2's attention, issue 27).
+:func:`register` gives dynamo a Python twin of that slot through torch's public
+``torch.compiler.substitute_in_graph``: it runs the condition (dynamo guards on what it reads,
+and recompiles when that changes) and calls the chosen function; eager calls stay native and
+counted, compiled ones are not counted. Only Dispatchers the engine marks traceable take it:
+functions reached as module attributes (and staticmethods). A method's Dispatcher keeps the
+graph break (values right), because dynamo reads ``obj.method`` without calling the
+Dispatcher's ``__get__`` and the twin would never see ``self``.
+
+The engine never imports torch: :func:`register` acts only once model code has imported it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+_registered = False
+
+
+def mark_traceable(dispatcher: Any) -> None:
+    """Let ``torch.compile`` trace ``dispatcher`` (registering the twin if torch is here)."""
+    dispatcher._traceable = True
+    register()
+
+
+def register() -> bool:
+    """Register the twin with dynamo, once; False where torch is not imported or has no
+    ``substitute_in_graph`` (torch < 2.5)."""
+    global _registered
+    torch = sys.modules.get("torch")
+    substitute = getattr(getattr(torch, "compiler", None), "substitute_in_graph", None)
+    if _registered or substitute is None:
+        return _registered
+    from .. import _core
+
+    try:
+        substitute(_core.Dispatcher.__call__, skip_signature_check=True)(_traced_call)
+    except (TypeError, ValueError):  # another torch's rules: calls stay graph breaks
+        return False
+    _registered = True
+    return True
+
+
+def _traced_call(self, *args, **kwargs):
+    """What the native ``Dispatcher.__call__`` does, in Python, for dynamo to inline."""
+    import torch
+
+    if not getattr(self, "_traceable", False):
+        # A method's (its self never arrives here) or a group's gate: an exception dynamo
+        # cannot see handled makes it break the graph at the call and run the native Dispatcher
+        # there, as without the twin (torch._dynamo.graph_break() would resume in this frame).
+        raise NotImplementedError("turbo_physai: this Dispatcher is not traced")
+    verdict = self.condition(*args, **kwargs)
+    if not isinstance(verdict, (bool, torch.SymBool)):  # SymBool: a condition on a dynamic shape
+        name = getattr(self.condition, "__qualname__", repr(self.condition))
+        raise TypeError(f"runtime_condition {name!r} returned {type(verdict).__name__}, "
+                        "expected bool")
+    return (self.replacement if verdict else self.original)(*args, **kwargs)
