@@ -276,6 +276,8 @@ def test_training_replays_equal_eager_bit_for_bit(host):
         stats = cuda_graph.stats(graph_net)["."]
     assert [g["kind"] for g in stats["graphs"]] == ["forward+backward"]
     assert stats["replays"] == 3 and stats["eager"] == {}
+    launches = stats["graphs"][0]["launch_ms"]  # the host's time in each graph's last replay
+    assert set(launches) == {"forward", "backward"} and min(launches.values()) > 0
     for step_got, step_want in zip(got, want, strict=True):
         for a, b in zip(step_got, step_want, strict=True):
             assert torch.equal(a, b)

@@ -162,8 +162,8 @@ def _dropping(function, names: tuple[str, ...]):
 
 def stats(model) -> dict[str, Any]:
     """What the captured methods (``forward``, Ultralytics' ``predict``) of ``model`` and its
-    submodules did: per module path, the graphs captured (signature summary, kind, seconds),
-    replays, and eager calls by reason."""
+    submodules did: per module path, the graphs captured (signature summary, kind, seconds, the
+    host time of the last replay call of each), replays, and eager calls by reason."""
     found = {}
     for name, module in model.named_modules():
         for method in _captured_methods(type(module)):
@@ -249,7 +249,8 @@ class _ModuleGraphs:
         return self.forward(module, *args, **kwargs)
 
     def stats(self) -> dict[str, Any]:
-        return {"graphs": [g.summary for g in self.graphs.values() if isinstance(g, _Graph)],
+        return {"graphs": [{**g.summary, "launch_ms": dict(g.launch_ms)}
+                           for g in self.graphs.values() if isinstance(g, _Graph)],
                 "failed": sorted({g for g in self.graphs.values() if isinstance(g, str)}),
                 "replays": self.replays, "eager": dict(self.eager),
                 "invalidated": self.invalidated}
@@ -360,6 +361,7 @@ class _Graph:
         finally:
             _capturing.active = False
         self.generation = 0
+        self.launch_ms: dict[str, float] = {}  # host time of the last replay call, per graph
         self.summary = {
             "kind": "forward+backward" if self.backward_graph is not None else "forward",
             "inputs": [tuple(t.shape) for t in self.inputs],
@@ -425,7 +427,9 @@ class _Graph:
         for static, value in zip(self.inputs, tensors, strict=True):
             if static.data_ptr() != value.data_ptr():
                 static.copy_(value)
+        start = time.perf_counter()
         self.forward_graph.replay()
+        self.launch_ms["forward"] = (time.perf_counter() - start) * 1e3
         self.generation += 1
         self.checks.fetch()
 
@@ -478,7 +482,9 @@ def _replay_function():
                         "the next forward of the same module")
                 for static, i in zip(graph.grad_outputs, graph.differentiable, strict=True):
                     static.copy_(grads[i])
+                start = time.perf_counter()
                 graph.backward_graph.replay()
+                graph.launch_ms["backward"] = (time.perf_counter() - start) * 1e3
                 state.pending = None
                 # Copies: the graph's buffers are overwritten by the next replay, and autograd
                 # may keep what it is handed as a parameter's .grad (then accumulate into it).
