@@ -220,8 +220,9 @@ def small_scale(x, scale=1):
 
 @pytest.mark.parametrize(("scale", "factor"), [(3, 2), (30, 1)])
 def test_a_runtime_condition_is_traced_by_torch_compile(scale, factor):
-    """The native Dispatcher is a graph break for dynamo; while compiling, the descriptor gives
-    a Python choice that it traces (fullgraph=True raises on any break; torch 2.13 on)."""
+    """The descriptor hands out the Dispatcher unbound, which dynamo traces through its Python
+    twin (engine/traced_dispatch.py), condition included (fullgraph=True raises on any break;
+    torch 2.13 on)."""
     g = group("stored", replace_stored(f"{__name__}.Scaled", "core", f"{LIB}.core",
                                        f"{__name__}.doubled",
                                        runtime_condition=f"{__name__}.small_scale"))

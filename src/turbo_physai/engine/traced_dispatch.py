@@ -5,8 +5,9 @@ function was a graph break, and ``fullgraph=True`` failed (RT-DETRv2's attention
 :func:`register` gives dynamo a Python twin of that slot through torch's public
 ``torch.compiler.substitute_in_graph``: it runs the condition (dynamo guards on what it reads,
 and recompiles when that changes) and calls the chosen function; eager calls stay native and
-counted, compiled ones are not counted. Only Dispatchers the engine marks traceable take it:
-functions reached as module attributes (and staticmethods). A method's Dispatcher keeps the
+counted, compiled ones are not counted. Only Dispatchers the engine marks traceable take it,
+those read unbound: functions reached as module attributes, staticmethods, and what a
+``replace_stored`` descriptor hands out. A method's Dispatcher keeps the
 graph break (values right), because dynamo reads ``obj.method`` without calling the
 Dispatcher's ``__get__`` and the twin would never see ``self``.
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
 import textwrap
 from typing import Any
 
 from ... import _core
-from .. import kinds
+from .. import kinds, traced_dispatch
 from ..declarations import ReplaceStored
 from ..paths import MISSING, ResolutionError, installed_by_us, lookup_raw, resolve, resolve_object
 from ..report import FAIL, PASS, UNKNOWN, Check
@@ -90,51 +89,29 @@ def prepare(decl: ReplaceStored, ctx: PrepareContext) -> Prepared:
         checks.append(Check("replacement.resolve", FAIL, str(err), reason="replacement.unresolved"))
         return patch
     checks.append(_compare(original, new, ""))
-    traced = None
     if decl.runtime_condition is not None:
         condition = _condition(decl, kinds.kind_of(original), original, checks)
         if condition is None:
             return patch
-        traced = _traceable_choice(original, new, condition)
         new = _core.Dispatcher(original, new, condition, decl.runtime_condition)
+        traced_dispatch.mark_traceable(new)  # read from an instance: unbound, dynamo traces it
         ctx.report.dispatchers[decl.target] = new
     if patch.ok:
-        value = stored_property(decl.attribute, original, new, traced)
+        value = stored_property(decl.attribute, original, new)
         patch.owner, patch.value = owner, value
     return patch
 
 
-def _traceable_choice(original: Any, new: Any, condition: Any) -> Any:
-    """The Dispatcher's choice in Python, for torch.compile: dynamo cannot trace the native
-    Dispatcher (a graph break at every call), but traces this, condition included."""
-
-    def choose(*args, **kwargs):
-        chosen = new if condition(*args, **kwargs) else original
-        return chosen(*args, **kwargs)
-
-    return choose
-
-
-def _compiling() -> Any:
-    """torch.compiler.is_compiling where torch is imported (model code imports it before its
-    classes exist), else None: the engine itself never imports torch."""
-    torch = sys.modules.get("torch")
-    return getattr(getattr(torch, "compiler", None), "is_compiling", None)
-
-
-def stored_property(attribute: str, original: Any, new: Any, traced: Any = None) -> property:
+def stored_property(attribute: str, original: Any, new: Any) -> property:
     """Reads of ``attribute`` give ``new`` where the instance stores ``original``, else what it
-    stores; writes and deletes act on the instance ``__dict__`` as without the property.
-    ``traced``: what such a read gives while torch.compile traces (runtime_condition's choice,
-    in Python; its calls are not counted in the report)."""
-    compiling = _compiling() if traced is not None else None
+    stores; writes and deletes act on the instance ``__dict__`` as without the property."""
 
     def get(self):
         # Not self.__dict__.get: dynamo (torch 2.11) resolves that through this very property,
         # recursing until it crashes; dict.get it traces (2.13 on) or breaks the graph at (2.11).
         stored = dict.get(self.__dict__, attribute, MISSING)
         if stored is original:
-            return traced if compiling is not None and compiling() else new
+            return new
         if stored is MISSING:  # torch.nn.Module.__getattr__ (submodules, buffers) goes next
             raise AttributeError(attribute)
         return stored
