@@ -22,6 +22,12 @@ def test_engine_works_with_torch_blocked():
         assert shapes.gaussian_2d((1,))[0] == "fast"
         tpa.rollback()
         assert shapes.gaussian_2d((1,))[0] == "stock"
+        conditional = tpa.group("c", tpa.replace(  # a Dispatcher: traced_dispatch needs no torch
+            "tpa_fixture_lib.shapes.gaussian_2d", "tpa_fixture_opt.gaussian_2d",
+            runtime_condition="tpa_fixture_opt.positive_fn"))
+        with tpa.applied(groups=[conditional], strict=True):
+            assert type(shapes.gaussian_2d).__name__ == "Dispatcher"
+            assert shapes.gaussian_2d((1,))[0] == "fast"
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
