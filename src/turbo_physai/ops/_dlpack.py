@@ -1,4 +1,4 @@
-"""Handing tensors to the compiled core as DLPack capsules."""
+"""Handing tensors to the compiled core: DLPack capsules, and the CUDA stream to run on."""
 
 from __future__ import annotations
 
@@ -23,3 +23,10 @@ def capsules(*tensors: torch.Tensor | None) -> tuple[object, ...]:
     torch 2.13). The capsule carries no stream: the kernels take the caller's stream explicitly.
     """
     return tuple(None if t is None else exported(t) for t in tensors)
+
+
+def current_stream(t: torch.Tensor) -> int:
+    """The raw handle of the current stream on ``t``'s CUDA device, without building a
+    ``torch.cuda.Stream`` object (the call inductor's generated code makes): host time is most
+    of a small call's cost."""
+    return torch._C._cuda_getCurrentRawStream(t.get_device())

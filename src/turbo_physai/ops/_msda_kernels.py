@@ -19,7 +19,7 @@ import torch
 
 from turbo_physai import _core
 from turbo_physai.kernels.reference import check_ms_deform_attn as check_inputs
-from turbo_physai.ops._dlpack import capsules, exported
+from turbo_physai.ops._dlpack import capsules, current_stream, exported
 
 _to_dlpack = torch._C._to_dlpack
 _INT64 = torch.int64
@@ -190,12 +190,6 @@ def backward_cpu(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes:
     return grads
 
 
-def _stream(t: torch.Tensor) -> int:
-    # The raw handle of the current stream, without building a torch.cuda.Stream object (the
-    # call inductor's generated code makes): host time is most of a small call's cost.
-    return torch._C._cuda_getCurrentRawStream(t.get_device())
-
-
 def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
                  level_start_index: torch.Tensor, sampling_locations: torch.Tensor,
                  attention_weights: torch.Tensor) -> torch.Tensor:
@@ -205,7 +199,7 @@ def forward_cuda(value: torch.Tensor, spatial_shapes: torch.Tensor,
                      lambda: _unfilled(shape, sampling_locations.dtype, value.device))
     _core.ms_deform_attn_forward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
-                      attention_weights), _to_dlpack(out), _stream(value))
+                      attention_weights), _to_dlpack(out), current_stream(value))
     return out
 
 
@@ -294,5 +288,5 @@ def backward_cuda(grad_output: torch.Tensor, value: torch.Tensor, spatial_shapes
     _core.ms_deform_attn_backward_cuda(
         *_cuda_inputs(value, spatial_shapes, level_start_index, sampling_locations,
                       attention_weights), exported(grad_output), *map(_to_dlpack, grads),
-        *capsules(workspace, bound, flags), _stream(value), sorted_scheme)
+        *capsules(workspace, bound, flags), current_stream(value), sorted_scheme)
     return grads

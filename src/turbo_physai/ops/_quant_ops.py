@@ -14,6 +14,7 @@ import torch
 
 from turbo_physai import _core
 from turbo_physai.kernels._torch import exporting
+from turbo_physai.ops._dlpack import current_stream
 from turbo_physai.ops._eager import dispatcher_needed
 
 _Tensor = torch.Tensor
@@ -64,8 +65,7 @@ def call(name: str, on: torch.Tensor, *args):
     `on`, else ``_core.<name>_cpu(*args, threads)`` on torch's thread count: the two bindings of
     a kernel take the same arguments before those."""
     if on.is_cuda:
-        return getattr(_core, name + "_cuda")(*args, torch.cuda.current_stream(on.device)
-                                              .cuda_stream)
+        return getattr(_core, name + "_cuda")(*args, current_stream(on))
     return getattr(_core, name + "_cpu")(*args, torch.get_num_threads())
 
 

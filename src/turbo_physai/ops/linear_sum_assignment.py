@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from turbo_physai import _core
-from turbo_physai.ops._dlpack import capsules
+from turbo_physai.ops._dlpack import capsules, current_stream
 from turbo_physai.ops._quant_ops import define
 from turbo_physai.optimizations.common.graph_checks import check_later
 
@@ -63,8 +63,8 @@ def solve_cuda(cost: torch.Tensor, threads: int = 0):
     # Torch's caching allocator hands out 512-byte aligned blocks (the kernel wants 256).
     workspace = torch.empty(_core.linear_sum_assignment_cuda_workspace_bytes(*cost.shape),
                             dtype=torch.uint8, device=cost.device)
-    stream = torch.cuda.current_stream(cost.device).cuda_stream
-    _core.linear_sum_assignment_cuda(*capsules(_native(cost), *out, workspace), threads, stream)
+    _core.linear_sum_assignment_cuda(*capsules(_native(cost), *out, workspace), threads,
+                                     current_stream(cost))
     return out
 
 
