@@ -48,6 +48,18 @@ def build(name: str, size: str = "small", *, dtype: torch.dtype = torch.float32,
     return Built(name, model, {"pixel_values": pixels}, (msda_group(name),), outputs)
 
 
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every dropout probability zero (``nn.Dropout`` modules and the float
+    ``*dropout*`` attributes transformers' layers read), so training-mode runs are comparable."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        for name, value in vars(m).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(m, name, 0.0)
+    return model
+
+
 def _detection(out: Any) -> tuple[torch.Tensor, ...]:
     return out.logits, out.pred_boxes
 

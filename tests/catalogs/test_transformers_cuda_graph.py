@@ -51,16 +51,6 @@ def _model_class(name):
         pytest.skip(f"transformers {transformers.__version__}: {err}")
 
 
-def _without_dropout(model):
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-        for name, value in vars(m).items():
-            if "dropout" in name and isinstance(value, float):
-                setattr(m, name, 0.0)
-    return model
-
-
 def _detr(device="cpu", side=None):
     built = zoo.build("deformable_detr", "tiny", device=device)
     pixels = built.inputs["pixel_values"]
@@ -68,7 +58,7 @@ def _detr(device="cpu", side=None):
     labels = [{"class_labels": torch.randint(0, 10, (3,), generator=gen).to(device),
                "boxes": (torch.rand(3, 4, generator=gen) * 0.4 + 0.3).to(device)}
               for _ in range(pixels.shape[0])]
-    return _without_dropout(built.model), pixels, labels
+    return zoo.without_dropout(built.model), pixels, labels
 
 
 def _steps(model, pixels, labels, steps=3, amp=None):
@@ -215,7 +205,7 @@ def _rt_detr_with_denoising(device="cpu", noise=True):
     if not noise:
         config.label_noise_ratio, config.box_noise_scale = 0.0, 0.0
     torch.manual_seed(0)
-    model = _without_dropout(type(built.model)(config)).train().to(device)
+    model = zoo.without_dropout(type(built.model)(config)).train().to(device)
     gen = torch.Generator().manual_seed(2)
     labels = [{"class_labels": torch.randint(0, 10, (n,), generator=gen).to(device),
                "boxes": (torch.rand(n, 4, generator=gen) * 0.4 + 0.3).to(device)}
