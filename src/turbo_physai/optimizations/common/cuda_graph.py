@@ -427,11 +427,15 @@ class _Graph:
         for static, value in zip(self.inputs, tensors, strict=True):
             if static.data_ptr() != value.data_ptr():
                 static.copy_(value)
-        start = time.perf_counter()
-        self.forward_graph.replay()
-        self.launch_ms["forward"] = (time.perf_counter() - start) * 1e3
+        self.replay("forward")
         self.generation += 1
         self.checks.fetch()
+
+    def replay(self, which: str):
+        """Replay the ``"forward"`` or ``"backward"`` graph, timing the host's launch call."""
+        start = time.perf_counter()
+        getattr(self, which + "_graph").replay()
+        self.launch_ms[which] = (time.perf_counter() - start) * 1e3
 
     def run(self, state: _ModuleGraphs, args, kwargs):
         given = _tensor_args(args, kwargs)
@@ -482,9 +486,7 @@ def _replay_function():
                         "the next forward of the same module")
                 for static, i in zip(graph.grad_outputs, graph.differentiable, strict=True):
                     static.copy_(grads[i])
-                start = time.perf_counter()
-                graph.backward_graph.replay()
-                graph.launch_ms["backward"] = (time.perf_counter() - start) * 1e3
+                graph.replay("backward")
                 state.pending = None
                 # Copies: the graph's buffers are overwritten by the next replay, and autograd
                 # may keep what it is handed as a parameter's .grad (then accumulate into it).
