@@ -279,10 +279,23 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
     parts.append(spec)
     if _global_hooks():
         return None, None, "global module hooks are registered (a replay would not run them)"
-    # One walk over the submodules, without module.modules()/parameters()/buffers(): each of
-    # those walks the tree again and names every module; and flat appends, not a tuple per
-    # tensor (idle dev box, per call: Deformable DETR 1.6 -> 0.4 ms, Ultralytics RT-DETR-l 2.3
-    # -> 0.65 ms). A shared submodule or tensor is simply seen twice, every call alike.
+    walked = _module_state(module)
+    if isinstance(walked, str):
+        return None, None, walked
+    training, state = walked
+    if not on_cuda:
+        return None, None, "no CUDA tensor among the arguments"
+    autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
+    return (tuple(parts), torch.is_grad_enabled(), autocast, training), state, None
+
+
+def _module_state(module) -> tuple[tuple, tuple] | str:
+    """(every submodule's ``training`` flag, each parameter's and buffer's identity, storage
+    and ``requires_grad``), or why a replay cannot stand for a call (hooks). One walk, without
+    ``modules()``/``parameters()``/``buffers()`` (each walks the tree again and names every
+    module), flat appends, no tuple per tensor: a third to a quarter of the host time
+    (benchmarks/experiments/signature_walk_probe.py). A shared submodule or tensor is simply
+    seen twice, every call alike."""
     training, state, stack = [], [], [module]
     add = state.append
     while stack:
@@ -291,7 +304,7 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
             continue
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
                 or m._backward_pre_hooks:
-            return None, None, f"{type(m).__name__} has hooks (a replay would not run them)"
+            return f"{type(m).__name__} has hooks (a replay would not run them)"
         training.append(m.training)
         for tensors in (m._parameters, m._buffers):
             for t in tensors.values():
@@ -300,10 +313,7 @@ def _signature(module, args, kwargs) -> tuple[tuple | None, tuple | None, str | 
                     add(t.data_ptr())
                     add(t.requires_grad)
         stack.extend(m._modules.values())
-    if not on_cuda:
-        return None, None, "no CUDA tensor among the arguments"
-    autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
-    return (tuple(parts), torch.is_grad_enabled(), autocast, tuple(training)), tuple(state), None
+    return tuple(training), tuple(state)
 
 
 def _arguments(args, kwargs) -> tuple:
