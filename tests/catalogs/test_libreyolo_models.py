@@ -37,7 +37,13 @@ def _lwdetr():
     from libreyolo.models.lwdetr.nn import LibreLWDETRModel
 
     # its smallest size; 192 px gives the 144 tokens its 100 two-stage proposals need
-    return LibreLWDETRModel("t", nc=4), 192
+    model = LibreLWDETRModel("t", nc=4)
+    # A 12x12 position grid (class token first), as a model trained at 192 px would store: the
+    # stored 14x14 is resized bicubically at each call, and that resize's CUDA backward adds
+    # with atomics (the replay test's gradients differed from eager's in their last bits).
+    encoder = model.backbone[0].encoder
+    encoder.pos_embed = torch.nn.Parameter(encoder.pos_embed[:, :145].detach().clone())
+    return model, 192
 
 
 def _ec_pose():
@@ -146,8 +152,12 @@ def _runs(model, x, group_id, train, steps):
         return [_step(model, x, train) for _ in range(steps)]
 
 
-def _same(a, b):
-    return all(torch.equal(p, q) for p, q in zip(a[0] + a[1], b[0] + b[1], strict=True))
+def _differing(a, b):
+    """Which outputs and gradients of two `_step` results differ, with the largest difference."""
+    pairs = [(f"output {i}", p, q) for i, (p, q) in enumerate(zip(a[0], b[0], strict=True))]
+    pairs += [(f"grad {i}", p, q) for i, (p, q) in enumerate(zip(a[1], b[1], strict=True))]
+    return [f"{name}: {(p - q).abs().max().item():.3g}" for name, p, q in pairs
+            if not torch.equal(p, q)]
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training_step"])
@@ -158,7 +168,7 @@ def test_cuda_graph_group_on_the_cpu_runs_eagerly_with_the_msda_groups_results(n
     (want,) = _runs(model, x, f"libreyolo.{name}.msda", train, 1)
     with pytest.warns(RuntimeWarning, match="forward runs eagerly: no CUDA tensor"):
         (got,) = _runs(model, x, f"libreyolo.{name}.cuda_graph", train, 1)
-    assert _same(got, want)
+    assert not _differing(got, want)
 
 
 @cuda
@@ -177,4 +187,4 @@ def test_cuda_graph_replays_equal_the_msda_groups_results(name, train, determini
             (stats,) = cuda_graph.stats(model).values()
     assert [g["kind"] for g in stats["graphs"]] == ["forward+backward" if train else "forward"]
     assert stats["replays"] == 3 and stats["failed"] == []
-    assert all(_same(g, want) for g in got)
+    assert [_differing(g, want) for g in got] == [[]] * 3

@@ -9,7 +9,8 @@ counted, compiled ones are not counted. Only Dispatchers the engine marks tracea
 those read unbound: functions reached as module attributes, staticmethods, and what a
 ``replace_stored`` descriptor hands out. A method's Dispatcher keeps the
 graph break (values right), because dynamo reads ``obj.method`` without calling the
-Dispatcher's ``__get__`` and the twin would never see ``self``.
+Dispatcher's ``__get__`` and the twin would never see ``self``. Dynamo before torch 2.13
+ignores substitutes for a C slot: there every call stays a graph break.
 
 The engine never imports torch: :func:`register` acts only once model code has imported it.
 """
@@ -29,13 +30,15 @@ def mark_traceable(dispatcher: Any) -> None:
 
 
 def register() -> bool:
-    """Register the twin with dynamo, once; False where torch is not imported or has no
-    ``substitute_in_graph`` (torch < 2.5)."""
+    """Register the twin with dynamo, once; False where torch is not imported or is older than
+    2.13: dynamo consults substitutes for a C ``__call__`` slot from 2.13 on (read in its
+    source; 2.11 breaks the graph at the call, 2.12 not checked). There calls stay graph breaks
+    with the native Dispatcher's values."""
     global _registered
     torch = sys.modules.get("torch")
-    substitute = getattr(getattr(torch, "compiler", None), "substitute_in_graph", None)
-    if _registered or substitute is None:
+    if _registered or torch is None or _before_2_13(torch):
         return _registered
+    substitute = torch.compiler.substitute_in_graph
     from .. import _core
 
     try:
@@ -44,6 +47,10 @@ def register() -> bool:
         return False
     _registered = True
     return True
+
+
+def _before_2_13(torch: Any) -> bool:
+    return torch.torch_version.TorchVersion(torch.__version__) < "2.13"
 
 
 def _traced_call(self, *args, **kwargs):
