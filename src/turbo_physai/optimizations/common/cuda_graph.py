@@ -381,6 +381,7 @@ class _Graph:
     def _capture(self, run, module, stream, device, params, wants_grad, warmup):
         import torch
 
+        from .grad_pack import GradPack
         from .graph_checks import collecting
 
         buffers = [b.detach().clone() for b in module.buffers()]
@@ -420,7 +421,8 @@ class _Graph:
                 with torch.cuda.graph(self.backward_graph, pool=self.pool, stream=stream):
                     grads = _grad([self.outputs[i] for i in self.differentiable],
                                   [*self.inputs, *params], self.grad_outputs)
-                self.grads = [g.detach() if g is not None else None for g in grads]
+                    self.grads = GradPack([g.detach() if g is not None else None
+                                           for g in grads])
         # Tensors the module caches in plain attributes (Ultralytics' anchors) are read by the
         # graph where they were at capture: kept alive with it, should the module drop them.
         self.attributes = _attribute_tensors(module)
@@ -500,7 +502,7 @@ def _replay_function():
                 state.pending = None
                 # Copies: the graph's buffers are overwritten by the next replay, and autograd
                 # may keep what it is handed as a parameter's .grad (then accumulate into it).
-                grads = [g.clone() if g is not None else None for g in graph.grads]
+                grads = graph.grads.take()
                 if state.unread is graph:
                     state.unread = None
                 graph.checks.raise_failed()  # the forward's: the backward graph is queued
