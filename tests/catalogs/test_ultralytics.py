@@ -91,6 +91,26 @@ def test_unvalidated_code_is_blocked_naming_the_release_and_force_does_not_help(
     assert utils.multi_scale_deformable_attn_pytorch is edited  # nothing installed
 
 
+def test_cuda_graph_is_blocked_where_predict_is_not_validated_code(monkeypatch):
+    """Its training path runs predict's layer loop itself (ultralytics/graphs.py): a release
+    whose predict differs is blocked, naming it, and nothing is installed."""
+    from ultralytics.nn.tasks import RTDETRDetectionModel
+
+    def edited(self, x, profile=False, batch=None, augment=False, embed=None):
+        return None  # any other code: another fingerprint
+
+    monkeypatch.setattr(RTDETRDetectionModel, "predict", edited)
+    group_id = "ultralytics.rtdetr.cuda_graph"
+    report = tpa.check(groups=[group_id])
+    group = report.group(group_id)
+    assert group.reasons == ["compatibility.incompatible"]
+    text = str(group.to_dict()["checks"])
+    release = importlib.metadata.version("ultralytics")
+    path = "ultralytics.nn.tasks.RTDETRDetectionModel.predict"
+    assert f"ultralytics {release}: the code of {path} is not a validated" in text
+    assert vars(RTDETRDetectionModel)["predict"] is edited
+
+
 def test_the_shipped_config_checks_and_runs_from_the_cli(tmp_path):
     out = tpa_hosts.check_and_run_config(
         tmp_path,

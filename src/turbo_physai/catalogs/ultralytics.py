@@ -6,14 +6,14 @@ level, in training and inference) replaced by :func:`turbo_physai.ops.frontends.
 ultralytics_function`. ``transformer.py`` imports it by name from ``utils.py``, and that copy is
 the one ``MSDeformAttn.forward`` calls: it is the alias replaced with it. Compatibility is by the
 function's code (``optimizations/common/ultralytics/msda.py``). ``ultralytics.rtdetr.cuda_graph``:
-inference replayed as CUDA graphs. ``ultralytics.rtdetr.loss_graph_safe``: the training loss
-without the host synchronizations that have an exact rewrite. See docs/catalogs/ultralytics.md.
+inference replayed as CUDA graphs, and in training the layers before the decoder.
+``ultralytics.rtdetr.loss_graph_safe``: the training loss without the host synchronizations that
+have an exact rewrite. See docs/catalogs/ultralytics.md.
 """
 
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, wrap
-from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("ultralytics",)
@@ -32,12 +32,16 @@ RTDETR_MSDA = group(
 )
 
 # RTDETRDetectionModel.predict (backbone, hybrid encoder, decoder) captured and replayed as CUDA
-# graphs (optimizations.common.cuda_graph) for inference. In training its denoising queries take
-# noise drawn on the host (torch.rand on the CPU): the capture fails (host data that changes) and
-# training runs eagerly with a RuntimeWarning saying so.
-RTDETR_CUDA_GRAPH = capture_group(
-    "ultralytics.rtdetr.cuda_graph", "ultralytics.nn.tasks.RTDETRDetectionModel.predict",
+# graphs (optimizations.common.cuda_graph). In training its denoising queries take noise drawn on
+# the host (torch.rand on the CPU), which a replay cannot draw: there the layers before the
+# decoder are replayed, forward and backward, and the decoder runs eagerly
+# (optimizations.common.ultralytics.graphs).
+RTDETR_CUDA_GRAPH = group(
+    "ultralytics.rtdetr.cuda_graph",
+    wrap(target="ultralytics.nn.tasks.RTDETRDetectionModel.predict",
+         replacement="turbo_physai.optimizations.common.ultralytics.graphs.predict_wrapper"),
     depends_on=("ultralytics.rtdetr.msda",),
+    compatibility_check="turbo_physai.optimizations.common.ultralytics.graphs.check",
 )
 
 # The training loss's host synchronizations that have an exact rewrite (per-image box counts,

@@ -163,13 +163,18 @@ def _dropping(function, names: tuple[str, ...]):
 def stats(model) -> dict[str, Any]:
     """What the captured methods (``forward``, Ultralytics' ``predict``) of ``model`` and its
     submodules did: per module path, the graphs captured (signature summary, kind, seconds, the
-    host time of the last replay call of each), replays, and eager calls by reason."""
+    host time of the last replay call of each), replays, and eager calls by reason. A part of a
+    method captured on its own (the layers before Ultralytics' head in training) has the key
+    ``"<path> [<part>]"``."""
     found = {}
     for name, module in model.named_modules():
         for method in _captured_methods(type(module)):
-            states = method._turbo_physai_graph_states
-            if module in states:
-                found[name or "."] = states[module].stats()
+            tables = {"": method._turbo_physai_graph_states,
+                      **{f" [{part}]": states for part, states
+                         in getattr(method, "_turbo_physai_part_states", {}).items()}}
+            for suffix, states in tables.items():
+                if module in states:
+                    found[(name or ".") + suffix] = states[module].stats()
     return found
 
 
