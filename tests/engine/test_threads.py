@@ -111,7 +111,9 @@ def test_groups_switch_whole_under_threads(modules):
         for w in workers:
             w.start()
         deadline, cycles = time.monotonic() + BUDGET_S, 0
-        while cycles < CYCLES and time.monotonic() < deadline:
+        # the budget ends the run only after MIN_CYCLES: a loaded machine takes longer rather
+        # than failing for want of cycles
+        while cycles < CYCLES and (cycles < MIN_CYCLES or time.monotonic() < deadline):
             assert tpa.apply(groups=[g]).group("threads.two").status == "applied"
             outcome = tpa.rollback()
             assert not outcome["drifted"] and not outcome["failed"], outcome
@@ -127,7 +129,7 @@ def test_groups_switch_whole_under_threads(modules):
         f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls half; "
         f"{gate_reads} reads saw both gates"
     )
-    assert cycles >= MIN_CYCLES and reads > cycles  # the workers really ran during the cycles
+    assert reads > cycles  # the workers really ran during the cycles
     assert (half_reads, half_calls) == (0, 0), (
         f"{cycles} cycles: {half_reads} of {reads} reads, {half_calls} of {calls} calls"
     )
