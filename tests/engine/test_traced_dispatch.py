@@ -5,6 +5,7 @@ import pytest
 
 import turbo_physai as tpa
 from turbo_physai import _core, group, replace
+from turbo_physai.engine import traced_dispatch
 
 torch = pytest.importorskip("torch")
 Unsupported = torch._dynamo.exc.Unsupported
@@ -96,6 +97,27 @@ def test_a_methods_condition_keeps_the_graph_break_with_the_right_values():
         torch._dynamo.reset()
         with pytest.raises(Unsupported):
             torch.compile(lambda t: layer.scaled(t) - 1, backend="eager", fullgraph=True)(x)
+
+
+def test_before_torch_2_13_a_method_gets_a_forwarder_and_compiles_with_the_right_values(
+        monkeypatch):
+    # dynamo 2.11 called the method's Dispatcher at its graph break without self (a TypeError
+    # in the condition, seen on the H200): there the engine installs a Python forwarder
+    monkeypatch.setattr(traced_dispatch, "_before_2_13", lambda torch: True)
+    g = group("method", replace(f"{__name__}.Layer.scaled", f"{__name__}.layer_doubled",
+                                runtime_condition=f"{__name__}.layer_wide"))
+    original = vars(Layer)["scaled"]
+    layer, x4, x2 = Layer(), torch.ones(4), torch.ones(2)
+    with tpa.applied(groups=[g], strict=True) as report:
+        forwarder = vars(Layer)["scaled"]
+        dispatcher = forwarder._turbo_physai_dispatcher
+        assert isinstance(dispatcher, _core.Dispatcher)
+        compiled = torch.compile(lambda t: layer.scaled(t) - 1, backend="eager")
+        assert torch.equal(compiled(x4), x4 * 2 - 1) and torch.equal(compiled(x2), x2)
+        assert torch.equal(layer.scaled(x4), x4 * 2)  # eager: counted
+        assert report.group("method").to_dict()["dispatchers"][f"{__name__}.Layer.scaled"][
+            "replacement"] >= 1
+    assert vars(Layer)["scaled"] is original
 
 
 @one_graph

@@ -157,5 +157,6 @@ def _codes(obj: Any) -> list[types.CodeType]:
     if isinstance(obj, functools.partial):
         return _codes(obj.func)
     if isinstance(obj, types.FunctionType):
-        return [obj.__code__]
+        inner = obj.__dict__.get("_turbo_physai_dispatcher")  # traced_dispatch.for_method's
+        return _codes(inner) if inner is not None else [obj.__code__]
     return []

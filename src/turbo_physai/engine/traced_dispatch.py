@@ -10,7 +10,8 @@ those read unbound: functions reached as module attributes, staticmethods, and w
 ``replace_stored`` descriptor hands out. A method's Dispatcher keeps the
 graph break (values right), because dynamo reads ``obj.method`` without calling the
 Dispatcher's ``__get__`` and the twin would never see ``self``. Dynamo before torch 2.13
-ignores substitutes for a C slot: there every call stays a graph break.
+ignores substitutes for a C slot: there every call stays a graph break, and a method's
+Dispatcher is installed behind a Python forwarder (:func:`for_method`).
 
 The engine never imports torch: :func:`register` acts only once model code has imported it.
 """
@@ -27,6 +28,25 @@ def mark_traceable(dispatcher: Any) -> None:
     """Let ``torch.compile`` trace ``dispatcher`` (registering the twin if torch is here)."""
     dispatcher._traceable = True
     register()
+
+
+def for_method(dispatcher: Any) -> Any:
+    """What to install for ``dispatcher`` where it is read bound (a method or classmethod
+    target): the Dispatcher itself, or before torch 2.13 a Python function forwarding to it.
+    That dynamo reads the class attribute without its ``__get__``, and at the graph break calls
+    the Dispatcher without ``self`` (a TypeError in the condition; from 2.13 the twin's graph
+    break binds it right). The forwarder is a function, bound as usual, that passes ``self``
+    explicitly: about 0.13 us more per eager call (dev box)."""
+    register()
+    torch = sys.modules.get("torch")
+    if torch is None or not _before_2_13(torch):
+        return dispatcher
+
+    def forward_to_dispatcher(*args, **kwargs):
+        return dispatcher(*args, **kwargs)
+
+    forward_to_dispatcher._turbo_physai_dispatcher = dispatcher
+    return forward_to_dispatcher
 
 
 def register() -> bool:

@@ -110,6 +110,8 @@ def prepare(decl: Replace, ctx: PrepareContext) -> Prepared:
         if kind == kinds.STATICMETHOD or all(isinstance(loc.owner, ModuleType)
                                              for loc in patch.locations):
             traced_dispatch.mark_traceable(value)  # read unbound: torch.compile can trace it
+        else:
+            value = traced_dispatch.for_method(value)
     patch.value = value
     return patch
 
