@@ -41,7 +41,8 @@ the backward graph but before any gradient reaches a parameter, or else by the m
 call.
 
 Memory: each signature holds its own graph pool (activations of one step, inputs, outputs).
-Outputs are copied out of it, so a result stays valid after the next call. The captured code
+Outputs are copied out of it, so a result stays valid after the next call; so are the
+gradients, one flat copy per dtype (:mod:`grad_pack`). The captured code
 reads parameters in place: an optimizer's in-place update is seen; when a parameter or buffer is
 replaced, moved or changes ``requires_grad``, every graph of the module is freed and calls
 capture again. The autocast weight cache is off during capture (a cached cast
