@@ -79,9 +79,15 @@ def test_on_the_cpu_both_passes_run_eagerly_with_the_msda_groups_results(group_i
     msda = HOSTS[group_id][1]
     want, want_trained, _ = _runs(host, [msda])
     with pytest.warns(RuntimeWarning, match="runs eagerly"):
-        got, trained, _ = _runs(host, [group_id])
+        got, trained, stats = _runs(host, [group_id])
     for a, b in zip(sum(got + trained, []), sum(want + want_trained, []), strict=True):
         assert torch.equal(a, b)
+    # each call went where a GPU would capture it (Ultralytics' training step: the layers
+    # before the head), and ran eagerly there
+    calls = {".": 2}  # the two inference calls
+    calls[TRAINING_GRAPH[group_id]] = calls.get(TRAINING_GRAPH[group_id], 0) + 1
+    assert {path: s["eager"] for path, s in stats.items()} == {
+        path: {"no CUDA tensor among the arguments": n} for path, n in calls.items()}
 
 
 @cuda
