@@ -32,14 +32,12 @@ def mark_traceable(dispatcher: Any) -> None:
 
 def for_method(dispatcher: Any) -> Any:
     """What to install for ``dispatcher`` where it is read bound (a method or classmethod
-    target): the Dispatcher itself, or before torch 2.13 a Python function forwarding to it.
-    That dynamo reads the class attribute without its ``__get__``, and at the graph break calls
-    the Dispatcher without ``self`` (a TypeError in the condition; from 2.13 the twin's graph
-    break binds it right). The forwarder is a function, bound as usual, that passes ``self``
-    explicitly: about 0.13 us more per eager call (dev box)."""
-    register()
-    torch = sys.modules.get("torch")
-    if torch is None or not _before_2_13(torch):
+    target): the Dispatcher itself, or where torch is imported without the twin (before 2.13) a
+    Python function forwarding to it. Dynamo reads the class attribute without its ``__get__``
+    and, at the graph break, calls the Dispatcher without ``self`` (a TypeError in the
+    condition; the twin's graph break binds it right). The forwarder is a function, bound as
+    usual, that passes ``self`` explicitly: about 0.13 us more per eager call (dev box)."""
+    if register() or "torch" not in sys.modules:
         return dispatcher
 
     def forward_to_dispatcher(*args, **kwargs):
