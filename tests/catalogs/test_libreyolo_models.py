@@ -139,9 +139,9 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def _without_dropout(model):
     """Dropout off (a replay draws other random numbers than the eager run it is compared with:
     docs/catalogs/transformers.md); LW-DETR's stochastic depth too."""
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    from turbo_physai import zoo
+
+    for m in zoo.without_dropout(model).modules():
         if isinstance(getattr(m, "drop_prob", None), float):
             m.drop_prob = 0.0
     return model
