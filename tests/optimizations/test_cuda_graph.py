@@ -110,6 +110,34 @@ class Checked(nn.Module):
         return self.lin(x)
 
 
+class ReadsShapesBack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        # LibreYOLO's Deformable DETR reads back, level by level, the shapes it sent to the device
+        shapes = torch.as_tensor([tuple(x.shape), (2, 2)], dtype=torch.long, device=x.device)
+        out = self.lin(x)
+        for h, w in shapes:
+            grid = torch.linspace(0.5, h - 0.5, h, device=x.device)
+            out = out + grid[: int(w)].sum() * torch.arange(w, device=x.device).sum()
+        return out
+
+
+class SyncsThenDrops(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if h.sum().item() > 1e30:  # a read of model data: capture fails here
+            return h
+        return self.drop(h)
+
+
 class Syncing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -422,6 +450,43 @@ def test_a_forward_capture_cannot_take_runs_eagerly_naming_the_error(host):
     assert torch.equal(got, want) and len(failed) == 1
     assert "tpa_cuda_graph_host.py:" in failed[0]  # the model's line that synchronized
     assert torch.equal(net(x), want)  # the device is usable after the failed capture
+
+
+@cuda
+def test_shapes_read_back_from_the_device_are_served_to_the_capture(host):
+    torch.manual_seed(0)
+    net = host.ReadsShapesBack().cuda()
+    x = torch.randn(3, 4, device="cuda", requires_grad=True)
+    want = [net(x).detach() for _ in range(2)]
+    (want_grad,) = torch.autograd.grad(net(x).square().sum(), x)
+    with _applied("ReadsShapesBack.forward"):
+        got = [net(x).detach() for _ in range(2)]
+        (grad,) = torch.autograd.grad(net(x).square().sum(), x)
+        stats = cuda_graph.stats(net)["."]
+    assert stats["eager"] == {} and stats["failed"] == [] and stats["replays"] == 3
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert torch.equal(grad, want_grad)
+
+
+@cuda
+def test_after_a_failed_capture_the_eager_call_draws_random_numbers_as_stock(host):
+    # A failed capture used to leave the CUDA generator in capture mode (torch 2.11-2.13): every
+    # draw after it, the eager fallback's dropout included, raised "Offset increment outside
+    # graph capture encountered unexpectedly" (LibreYOLO's Deformable DETR on an H100).
+    net = host.SyncsThenDrops().cuda()
+    x = torch.randn(8, 4, device="cuda")
+    torch.manual_seed(5)
+    want = [net.eval()(x), net.train()(x), net(x)]
+    with _applied("SyncsThenDrops.forward"):
+        torch.manual_seed(5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got = [net.eval()(x), net.train()(x), net(x)]
+        failed = cuda_graph.stats(net)["."]["failed"]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert len(failed) == 1 and "tpa_cuda_graph_host.py:" in failed[0]
+    assert not torch.equal(got[1], got[2])  # dropout drew fresh numbers: it ran
+    torch.rand(3, device="cuda")  # the generator serves draws after the group is gone too
 
 
 @cuda

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from turbo_physai.optimizations.common.host_transfers import (  # noqa: E402
+    TRACKED_NUMEL,
     HostTransfers,
     TransferMismatch,
     _writes_host,
@@ -136,3 +137,28 @@ def test_host_made_values_are_read_back_once_and_then_served():
         with transfers.serving():
             pass
     assert host_item(count, True) == 3.0 and count.reads == 3  # nothing recorded: a real read
+
+
+def test_what_is_made_from_host_data_alone_is_followed_through_operations():
+    x = torch.empty(4, 3, device=META)  # a model tensor
+    transfers = HostTransfers(META)
+    with transfers.recording():
+        shapes = torch.as_tensor([(4, 3), (2, 2)], dtype=torch.long, device=META)
+        height, width = shapes[0]  # views
+        span = torch.arange(5, device=META) - 0.5  # a factory with host arguments, then arithmetic
+        starts = (shapes[:, 0] * shapes[:, 1]).cumsum(0)
+        mixed = x.sum() + span.sum()  # a model tensor among the inputs
+        noise = torch.rand(3, device=META)  # random: another value on every call
+        big = torch.zeros(TRACKED_NUMEL + 1, device=META)  # too large to follow
+        made = [shapes, height, width, span, starts]
+        assert all(transfers.host_made(t) for t in made)
+        assert not any(transfers.host_made(t) for t in (x, mixed, noise, big))
+        starts.add_(x[:2, 0].long())  # a write of model data: no longer host-made, nor its views
+        assert not transfers.host_made(starts) and not transfers.host_made(starts[:1])
+        shapes[1, 1] = 7  # a host value written in: still host-made
+        assert transfers.host_made(shapes)
+        sparse = torch.sparse_coo_tensor(  # no storage: never followed
+            torch.zeros(2, 1, dtype=torch.long, device=META), torch.ones(1, device=META), (2, 2),
+            check_invariants=False)
+        assert not transfers.host_made(sparse)
+    assert not transfers.host_made(shapes)  # forgotten once the forward is done

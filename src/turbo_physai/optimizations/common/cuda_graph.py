@@ -103,7 +103,8 @@ def cuda_graph_wrapper(original: Callable[..., Any], options: Mapping[str, Any],
     """Wrap factory: ``original`` (a module's ``forward``) captured and replayed as CUDA graphs.
 
     Host data the forward sends to the device (spatial shapes, host index tensors) is served to
-    the capture from device copies made while warming up (:mod:`host_transfers`). ``unread``:
+    the capture from device copies made while warming up, and so are its reads of values made
+    from such data alone (:mod:`host_transfers`). ``unread``:
     parameters whose values the forward's code never reads (checked in its source, else
     ValueError): a call's values for them are dropped before its signature is taken."""
     opts = _options(options)
@@ -411,7 +412,7 @@ class _Graph:
         self.pool = torch.cuda.graph_pool_handle()
         self.forward_graph = torch.cuda.CUDAGraph()
         self.backward_graph = None
-        with self.transfers.serving():
+        with self.transfers.serving(), _generator_reset_on_failure(device):
             with _uncached_autocast(), torch.cuda.graph(self.forward_graph, pool=self.pool,
                                                         stream=stream), \
                     collecting() as self.checks:
@@ -613,3 +614,28 @@ def _uncached_autocast():
     if not torch.is_autocast_enabled("cuda"):
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+
+
+@contextlib.contextmanager
+def _generator_reset_on_failure(device):
+    """Ends the capture mode a failed capture leaves the device's default CUDA generator in.
+    A capture puts it in that mode, and only a completed capture ends it (torch 2.11-2.13: a
+    failed capture's end raises before it gets there); left so, every random draw after it
+    raises "Offset increment outside graph capture encountered unexpectedly", the eager
+    fallback's dropout included (LibreYOLO's Deformable DETR, H100). A one-kernel capture
+    completed after the failure ends it on the same generator state, which the graphs captured
+    before keep sharing with eager draws (a fresh state would split their random streams)."""
+    import torch
+
+    try:
+        yield
+    except BaseException:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(torch.cuda.Stream(device)):
+            graph.capture_begin()
+            try:
+                torch.empty(1, device=device).zero_()
+            finally:
+                graph.capture_end()
+        graph.reset()
+        raise

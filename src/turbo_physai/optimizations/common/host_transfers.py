@@ -24,6 +24,21 @@ device), and any host tensor copied to the device (``_to_copy``, ``copy_``; 0-di
 where other operations read host scalars as kernel arguments). ``torch.tensor``,
 ``torch.as_tensor`` and ``torch.asarray`` of host data with ``device=`` the device build on the
 host first, then copy: the copy is then seen.
+
+Reading such data back is a synchronization too, which capture forbids: LibreYOLO's Deformable
+DETR iterates over the spatial-shapes tensor it just built (``for h, w in shapes:
+torch.linspace(0.5, h - 0.5, h)``). The device tensors made from host data alone are *host-made*:
+the transfers' device copies, the results of deterministic operations whose tensor inputs are all
+host-made or on the host (factories such as ``torch.arange(n, device=...)`` included; random
+ones never), and their views; an in-place write of anything else into one ends that. A host-made
+value is the same on every call of a signature (what it comes from was checked equal, or is the
+code's own constants, which the graph freezes too), so its reads back (``.item()``, and what
+calls it: ``int()``, ``__index__``, a tensor where a number is wanted; ``.cpu()``, ``.tolist()``)
+are recorded while warming up and served, in order and counted, under capture. A read of
+anything else still synchronizes, and the capture fails naming its line. Tensors of more than
+``TRACKED_NUMEL`` elements are not followed (positional encodings made from host masks, say):
+reads of shapes and counts are what capture meets, and the tracked ones are kept alive, so that
+no other tensor can take their memory while tracked.
 """
 
 from __future__ import annotations
@@ -38,6 +53,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 _COPIES = {"aten._to_copy.default", "aten.copy_.default", "aten.copy.default"}
 _FACTORIES = {torch.tensor, torch.as_tensor, torch.asarray}
+_ITEM = torch.ops.aten._local_scalar_dense.default
+_TO_COPY = torch.ops.aten._to_copy.default
+TRACKED_NUMEL = 1 << 16
 
 
 class TransferMismatch(RuntimeError):
@@ -55,18 +73,24 @@ class HostTransfers:
         self._next = 0
         self.items: list = []
         self._next_item = 0
+        self._made: dict[int, torch.Tensor] = {}  # storage object -> a host-made tensor on it
 
     @contextlib.contextmanager
     def recording(self):
         """Run the forward eagerly, recording (and explicitly copying) its transfers."""
         self.host, self.on_device, self.items, self._serving = [], [], [], False
-        with _Factories(self), _Dispatch(self), _active(self):
-            yield self
+        try:
+            with _Factories(self), _Dispatch(self), _active(self):
+                yield self
+        finally:
+            self._made.clear()
 
     @contextlib.contextmanager
     def serving(self):
         """Run the forward (under capture) with its transfers served from the recording."""
         self._serving, self._next, self._next_item = True, 0, 0
+        for copy in self.on_device:
+            self._mark(copy)
         try:
             with _Factories(self), _Dispatch(self), _active(self):
                 yield self
@@ -80,11 +104,53 @@ class HostTransfers:
                     f"{len(self.items)} while warming up: its host code took another path")
         finally:
             self._serving = False
+            self._made.clear()
+
+    def host_made(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` (on the device) holds data made from host data alone."""
+        return isinstance(tensor, torch.Tensor) and _address(tensor) in self._made
+
+    def _mark(self, tensor: torch.Tensor) -> None:
+        address = _address(tensor)
+        if address and tensor.numel() <= TRACKED_NUMEL:
+            self._made[address] = tensor
+
+    def _track(self, func, args, kwargs, out) -> None:
+        """Host-made outputs of ``func``; host-made tensors it writes anything else into are no
+        longer."""
+        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        on_device = [t for t in inputs if t.device.type != "cpu"]
+        clean = torch.Tag.nondeterministic_seeded not in func.tags and all(
+            self.host_made(t) for t in on_device)
+        if not clean:
+            for t in _written(func, args, kwargs):
+                self._made.pop(_address(t), None)
+            return
+        seen = {_address(t) for t in on_device}
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and _is_device(t.device, self.device) \
+                    and _address(t) not in seen:
+                self._mark(t)
+
+    def _read_back(self, func, args, kwargs):
+        """A host-made value read back: read and recorded, or (under capture) served."""
+        if not self._serving:
+            value = func(*args, **kwargs)
+            self.items.append(value.clone() if isinstance(value, torch.Tensor) else value)
+            return value
+        n = self._next_item
+        if n >= len(self.items):
+            raise TransferMismatch(f"host-made value #{n} read under capture ({func}); warming "
+                                   f"up read {len(self.items)}: its host code took another path")
+        self._next_item += 1
+        value = self.items[n]
+        return value.clone() if isinstance(value, torch.Tensor) else value
 
     def _on_device(self, host: torch.Tensor, op: str) -> torch.Tensor:
         if not self._serving:
             self.host.append(host.clone())
             self.on_device.append(host.to(self.device))
+            self._mark(self.on_device[-1])
             return self.on_device[-1]
         n = self._next
         if n >= len(self.host):
@@ -100,6 +166,8 @@ class HostTransfers:
         return self.on_device[n]
 
     def _item(self, tensor: torch.Tensor):
+        if self.host_made(tensor):  # followed: the dispatch mode records or serves the read
+            return tensor.item()
         if not self._serving:
             self.items.append(tensor.item())
             return self.items[-1]
@@ -141,6 +209,25 @@ def host_item(tensor: torch.Tensor, host_made: bool):
     return tensor.item()
 
 
+def _address(tensor: torch.Tensor) -> int:
+    """The address of the tensor's storage object (views share it; meta tensors have one too),
+    0 for a tensor without one (sparse): never followed."""
+    try:
+        return tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors ``func`` writes into (in-place and ``out=`` arguments)."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            written += [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return written
+
+
 def _is_device(device, target: torch.device) -> bool:
     if device is None:
         return False
@@ -166,6 +253,8 @@ class _Dispatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         transfers = self.transfers
+        if _reads_back(func, args, kwargs) and transfers.host_made(args[0]):
+            return transfers._read_back(func, args, kwargs)
         if transfers._involves_device(args, kwargs) and not _writes_host(func, args, kwargs):
             op = str(func)
             copy = op in _COPIES
@@ -177,19 +266,24 @@ class _Dispatch(TorchDispatchMode):
                 return value
 
             args, kwargs = pytree.tree_map(moved, (args, kwargs))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        transfers._track(func, args, kwargs, out)
+        return out
+
+
+def _reads_back(func, args, kwargs) -> bool:
+    """``.item()`` of a device tensor, or its copy to the host (``.cpu()``, ``.tolist()``)."""
+    if not args or not isinstance(args[0], torch.Tensor) or args[0].device.type == "cpu":
+        return False
+    if func is _ITEM:
+        return True
+    return func is _TO_COPY and torch.device(kwargs.get("device") or args[0].device).type == "cpu"
 
 
 def _writes_host(func, args, kwargs) -> bool:
     """Whether ``func`` writes into a host tensor (a copy to the host, say): left as it is, never
     redirected to a device copy (capture then fails with torch's own error)."""
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = args[i] if i < len(args) else kwargs.get(arg.name)
-            if any(isinstance(t, torch.Tensor) and t.device.type == "cpu"
-                   for t in pytree.tree_leaves(value)):
-                return True
-    return False
+    return any(t.device.type == "cpu" for t in _written(func, args, kwargs))
 
 
 class _Factories(TorchFunctionMode):
