@@ -161,4 +161,7 @@ def test_what_is_made_from_host_data_alone_is_followed_through_operations():
             torch.zeros(2, 1, dtype=torch.long, device=META), torch.ones(1, device=META), (2, 2),
             check_invariants=False)
         assert not transfers.host_made(sparse)
+        w = torch.empty(3, device=META, requires_grad=True)  # a backward runs through it too
+        (grad,) = torch.autograd.grad((x * w * span[:3]).sum(), w)
+        assert not transfers.host_made(grad)
     assert not transfers.host_made(shapes)  # forgotten once the forward is done
