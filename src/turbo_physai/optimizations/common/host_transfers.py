@@ -136,7 +136,12 @@ class HostTransfers:
         """A host-made value read back: read and recorded, or (under capture) served."""
         if not self._serving:
             value = func(*args, **kwargs)
-            self.items.append(value.clone() if isinstance(value, torch.Tensor) else value)
+            if isinstance(value, torch.Tensor):
+                if args[0].is_cuda:  # a non_blocking copy may still be on its way
+                    torch.cuda.current_stream(args[0].device).synchronize()
+                self.items.append(value.clone())
+            else:
+                self.items.append(value)
             return value
         n = self._next_item
         if n >= len(self.items):
