@@ -118,15 +118,12 @@ class HostTransfers:
     def _track(self, func, args, kwargs, out) -> None:
         """Host-made outputs of ``func``; host-made tensors it writes anything else into are no
         longer."""
-        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        on_device = [t for t in inputs if t.device.type != "cpu"]
-        clean = torch.Tag.nondeterministic_seeded not in func.tags and all(
-            self.host_made(t) for t in on_device)
-        if not clean:
+        seen = {_address(t) for t in pytree.tree_leaves((args, kwargs))
+                if isinstance(t, torch.Tensor) and t.device.type != "cpu"}
+        if torch.Tag.nondeterministic_seeded in func.tags or not seen <= self._made.keys():
             for t in _written(func, args, kwargs):
                 self._made.pop(_address(t), None)
             return
-        seen = {_address(t) for t in on_device}
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor) and _is_device(t.device, self.device) \
                     and _address(t) not in seen:
@@ -134,19 +131,25 @@ class HostTransfers:
 
     def _read_back(self, func, args, kwargs):
         """A host-made value read back: read and recorded, or (under capture) served."""
-        if not self._serving:
+        def read():
             value = func(*args, **kwargs)
-            if isinstance(value, torch.Tensor):
-                if args[0].is_cuda:  # a non_blocking copy may still be on its way
-                    torch.cuda.current_stream(args[0].device).synchronize()
-                self.items.append(value.clone())
-            else:
-                self.items.append(value)
+            if isinstance(value, torch.Tensor) and args[0].is_cuda:
+                torch.cuda.current_stream(args[0].device).synchronize()  # non_blocking copies
+            return value
+
+        return self._recorded(read, f" ({func})")
+
+    def _recorded(self, read, what: str = ""):
+        """``read()`` while recording, kept (a tensor as a copy); under capture the kept values
+        in order, counted (more reads than while warming up raise TransferMismatch)."""
+        if not self._serving:
+            value = read()
+            self.items.append(value.clone() if isinstance(value, torch.Tensor) else value)
             return value
         n = self._next_item
         if n >= len(self.items):
-            raise TransferMismatch(f"host-made value #{n} read under capture ({func}); warming "
-                                   f"up read {len(self.items)}: its host code took another path")
+            raise TransferMismatch(f"host-made value #{n} read under capture{what}; warming up "
+                                   f"read {len(self.items)}: its host code took another path")
         self._next_item += 1
         value = self.items[n]
         return value.clone() if isinstance(value, torch.Tensor) else value
@@ -173,15 +176,7 @@ class HostTransfers:
     def _item(self, tensor: torch.Tensor):
         if self.host_made(tensor):  # followed: the dispatch mode records or serves the read
             return tensor.item()
-        if not self._serving:
-            self.items.append(tensor.item())
-            return self.items[-1]
-        n = self._next_item
-        if n >= len(self.items):
-            raise TransferMismatch(f"host-made value #{n} read under capture; warming up read "
-                                   f"{len(self.items)}: its host code took another path")
-        self._next_item += 1
-        return self.items[n]
+        return self._recorded(tensor.item)
 
     def _involves_device(self, args, kwargs) -> bool:
         if _is_device(kwargs.get("device"), self.device):
