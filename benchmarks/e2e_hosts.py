@@ -14,7 +14,10 @@ on CUDA. "inference": eval mode,
 loss on fixed random targets, backward; no optimizer step, so the weights stay those of the
 comparison. Parity in the same run: max abs difference of the eval outputs and of the loss, at
 the float32 matmul precision the host library left (recorded) and, where that is not
-"highest", in strict float32 too (``strict_float32``).
+"highest", in strict float32 too (``strict_float32``). On CUDA, each side's pass is profiled
+once more after its timed runs: the GPU busy time of one call (``gpu_profile``), its kernel
+count and the GPU's idle time waiting for the host (``gpu``), and the median over it
+(``per_busy``): how far the host holds that pass above its GPU work.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from gpu_profile import gpu_kernels
 
 import turbo_physai as tpa
 
@@ -136,8 +140,13 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
             ):
                 for label, fn in passes.items():
                     eager[side][label] += _timed(fn, reps, warmup, cuda)[0]
+    gpu = _gpu_work(passes, ours) if cuda else {}
     for label in PASSES:
         stock, mine = _summary(eager["stock"][label]), _summary(eager["ours"][label])
+        for side, figures in (("stock", stock), ("ours", mine)):
+            if (side, label) in gpu:
+                figures["gpu"] = gpu[side, label]
+                figures["per_busy"] = figures["median_ms"] / gpu[side, label]["busy_ms"]
         row[label] = {
             "stock": stock,
             "ours": mine,
@@ -170,9 +179,28 @@ def measure(host, *, reps: int, warmup: int, compile_options: dict | None, amp: 
     return row
 
 
+def _gpu_work(passes, ours) -> dict:
+    """{(side, pass): the GPU busy time of one call, its kernels, the GPU's idle time}."""
+    found = {}
+    for side in ("stock", "ours"):
+        with tpa.applied(ours, strict=True) if side == "ours" else contextlib.nullcontext():
+            for label, fn in passes.items():
+                k = gpu_kernels(fn)
+                found[side, label] = {"busy_ms": k["busy_ms"], "kernels": k["kernels"],
+                                      "idle_long_ms": k["idle"]["idle_long_ms"],
+                                      "top": k["top"][:5]}
+    return found
+
+
+def _cell(figures: dict) -> str:
+    """``median (min)`` ms, with ``[GPU busy]`` where profiled."""
+    busy = f" [{figures['gpu']['busy_ms']:.1f}]" if "gpu" in figures else ""
+    return f"{figures['median_ms']:.1f} ({figures['min_ms']:.1f}){busy}"
+
+
 def print_table(row: dict, header: str) -> None:
     print(
-        f"\n{header}\nms = median (min); float32 matmul precision "
+        f"\n{header}\nms = median (min) [GPU busy]; float32 matmul precision "
         f"{row['float32_matmul_precision']!r}; max abs diff of the eval outputs "
         f"{row['max_abs_diff']:.1e}, of the loss {row['loss_abs_diff']:.1e}"
     )
@@ -190,11 +218,8 @@ def print_table(row: dict, header: str) -> None:
             c = t["compiled"]
             modes.append(("torch.compile", c["stock"], c["ours"], c["speedup"]))
         for mode, stock, ours, speedup in modes:
-            print(
-                f"| {row['model']} | {label} | {mode} "
-                f"| {stock['median_ms']:.1f} ({stock['min_ms']:.1f}) "
-                f"| {ours['median_ms']:.1f} ({ours['min_ms']:.1f}) | {speedup:.2f}x |"
-            )
+            print(f"| {row['model']} | {label} | {mode} | {_cell(stock)} | {_cell(ours)} "
+                  f"| {speedup:.2f}x |")
 
 
 def parser(doc: str, model_help: str, default_model: str) -> argparse.ArgumentParser:

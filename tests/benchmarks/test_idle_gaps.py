@@ -1,4 +1,4 @@
-"""benchmarks/e2e_deformable_detr.py's idle_gaps: where the GPU idles inside a profiled step,
+"""benchmarks/gpu_profile.py's idle_gaps: where the GPU idles inside a profiled step,
 from its device activity (the figures BENCHMARKS.md quotes for issue 29)."""
 
 import sys
@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from e2e_deformable_detr import idle_gaps  # noqa: E402
+from gpu_profile import idle_gaps  # noqa: E402
 
 
 def test_gaps_split_into_kernel_to_kernel_and_waits_for_the_host():
