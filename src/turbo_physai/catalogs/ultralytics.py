@@ -8,7 +8,9 @@ the one ``MSDeformAttn.forward`` calls: it is the alias replaced with it. Compat
 function's code (``optimizations/common/ultralytics/msda.py``). ``ultralytics.rtdetr.cuda_graph``:
 inference replayed as CUDA graphs, and in training the layers before the decoder.
 ``ultralytics.rtdetr.loss_graph_safe``: the training loss without the host synchronizations that
-have an exact rewrite. See docs/catalogs/ultralytics.md.
+have an exact rewrite. ``ultralytics.rtdetr.denoising_graph_safe``: the denoising queries' class
+noise drawn before the training ``predict``, which is then captured whole. See
+docs/catalogs/ultralytics.md.
 """
 
 from __future__ import annotations
@@ -55,4 +57,16 @@ RTDETR_LOSS = group(
     compatibility_check="turbo_physai.optimizations.common.ultralytics.loss.check",
 )
 
-GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH, RTDETR_LOSS)
+# The denoising queries' class noise taken from numbers the training predict draws before the
+# call (the same host draw), so that ultralytics.rtdetr.cuda_graph captures the whole training
+# predict; without numbers handed over, get_cdn_group runs as it is
+# (optimizations.common.ultralytics.denoising).
+RTDETR_DENOISING = group(
+    "ultralytics.rtdetr.denoising_graph_safe",
+    wrap(target="ultralytics.models.utils.ops.get_cdn_group",
+         replacement="turbo_physai.optimizations.common.ultralytics.denoising.cdn_wrapper"),
+    depends_on=("ultralytics.rtdetr.cuda_graph",),
+    compatibility_check="turbo_physai.optimizations.common.ultralytics.denoising.check",
+)
+
+GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH, RTDETR_LOSS, RTDETR_DENOISING)

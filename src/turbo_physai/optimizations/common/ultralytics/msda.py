@@ -35,5 +35,8 @@ if __name__ == "__main__":
     import sys
 
     from ....catalogs import ultralytics as catalog
+    from .denoising import RELIES_ON
 
-    host_code.main(EVIDENCE, catalog.GROUPS, sys.argv[1:])
+    if sys.argv[1:] != ["record"]:
+        sys.exit(f"usage: python -m {__spec__.name} record")
+    host_code.record(EVIDENCE, [*host_code.targets(catalog.GROUPS), *RELIES_ON])
