@@ -138,6 +138,11 @@ class SyncsThenDrops(nn.Module):
         return self.drop(h)
 
 
+class HostRows(nn.Module):
+    def forward(self, x, rows):  # rows: a host index tensor, its values the caller's
+        return x[rows] * 2
+
+
 class Syncing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -487,6 +492,33 @@ def test_after_a_failed_capture_the_eager_call_draws_random_numbers_as_stock(hos
     assert len(failed) == 1 and "tpa_cuda_graph_host.py:" in failed[0]
     assert not torch.equal(got[1], got[2])  # dropout drew fresh numbers: it ran
     torch.rand(3, device="cuda")  # the generator serves draws after the group is gone too
+
+
+def test_host_tensor_arguments_are_kept_and_compared_by_value():
+    rows, x = torch.tensor([2, 0]), torch.zeros(3)
+    recorded = cuda_graph._host_inputs((x,), {"rows": rows, "scale": 2.0})
+    assert [(i, where) for i, where, _ in recorded] == [(0, "positional 0"), (1, "rows")]
+    rows[0] = 1  # the caller's tensor changes; the record does not
+    assert cuda_graph._host_inputs_changed(recorded, [x, torch.tensor([2, 0])]) is None
+    assert cuda_graph._host_inputs_changed(recorded, [x, rows]) == (
+        "host tensor argument rows holds other values than in the captured call (a replay "
+        "would use those)")
+    nan = cuda_graph._host_inputs((torch.tensor([float("nan")]),), {})
+    assert cuda_graph._host_inputs_changed(nan, [torch.tensor([float("nan")])])  # not "equal"
+
+
+@cuda
+def test_a_host_tensor_argument_with_other_values_runs_eagerly(host):
+    net = host.HostRows().cuda()
+    x = torch.randn(4, 3, device="cuda")
+    with _applied("HostRows.forward"):
+        assert torch.equal(net(x, torch.tensor([3, 1])), x[[3, 1]] * 2)  # captured
+        assert torch.equal(net(x, torch.tensor([3, 1])), x[[3, 1]] * 2)  # replayed
+        with pytest.warns(RuntimeWarning, match="host tensor argument rows holds other values"):
+            got = net(x, torch.tensor([0, 2]))
+        stats = cuda_graph.stats(net)["."]
+    assert torch.equal(got, x[[0, 2]] * 2)
+    assert stats["replays"] == 2 and len(stats["eager"]) == 1  # the capturing call runs too
 
 
 @cuda

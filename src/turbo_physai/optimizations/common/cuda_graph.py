@@ -22,6 +22,8 @@ autocast state; the ``training`` flag of every submodule. A new signature is cap
 eagerly, with a ``RuntimeWarning`` naming why, once per reason and module:
 
 - an argument that holds something else than tensors and plain values, or no CUDA tensor;
+- a host (CPU) tensor argument whose values differ from the captured call's: the graph froze
+  what that call read of them;
 - forward hooks or backward hooks on the module or a submodule (a replay would not run them);
 - more signatures than ``max_graphs``; a capture that failed (the reason is its error: a host
   synchronization inside the forward, a data-dependent shape, host data that changes); after
@@ -225,6 +227,10 @@ class _ModuleGraphs:
                 graph = self._capture(key, module, args, kwargs)
             if isinstance(graph, str):
                 return self._eager(graph, module, args, kwargs)
+            changed = graph.host_inputs and _host_inputs_changed(graph.host_inputs,
+                                                                 _tensor_args(args, kwargs))
+            if changed:
+                return self._eager(changed, module, args, kwargs)
             if graph.backward_graph is not None and self.pending is not None \
                     and self.pending() is not None:
                 return self._eager("a captured forward's backward has not run yet",
@@ -356,6 +362,7 @@ class _Graph:
         start = time.perf_counter()
         given = _tensor_args(args, kwargs)
         device = next(t.device for t in given if t.device.type == "cuda")
+        self.host_inputs = _host_inputs(args, kwargs)
         static_args, static_kwargs = pytree.tree_map(_static, (list(args), kwargs))
         self.inputs = _tensor_args(static_args, static_kwargs)
         params = [p for p in module.parameters() if p.requires_grad]
@@ -561,6 +568,33 @@ def _tensor_args(args, kwargs) -> list:
     import torch.utils._pytree as pytree
 
     return [v for v in pytree.tree_leaves(_arguments(args, kwargs)) if _is_tensor(v)]
+
+
+def _host_inputs(args, kwargs) -> list:
+    """(index among the tensor arguments, where, a copy) of each tensor argument not on CUDA:
+    the graph froze what the captured call read of its values (a copy to the device is served
+    from the warm-up, host arithmetic on it ran once), so a replay stands only for the same."""
+    import torch.utils._pytree as pytree
+
+    found, index = [], 0
+    for path, value in pytree.tree_flatten_with_path(_arguments(args, kwargs))[0]:
+        if _is_tensor(value):
+            if value.device.type != "cuda":
+                found.append((index, _where(path), value.detach().clone()))
+            index += 1
+    return found
+
+
+def _host_inputs_changed(recorded, given) -> str | None:
+    """Why a call with tensor arguments ``given`` cannot replay a graph whose host tensor
+    arguments were ``recorded`` (:func:`_host_inputs`), or None (same values; a NaN differs)."""
+    import torch
+
+    for index, where, value in recorded:
+        if not torch.equal(given[index], value):
+            return (f"host tensor argument {where} holds other values than in the captured call "
+                    "(a replay would use those)")
+    return None
 
 
 def _static(value):
