@@ -7,7 +7,8 @@ outputs are stock's (where no host draw follows the relabel: on the CPU the labe
 host generator too, so a larger draw moves it further; on CUDA :func:`prefix_holds` is the
 condition); the noise size is get_cdn_group's own for every box-count pattern tried; without
 numbers handed over, the wrapper is the original; unvalidated code is blocked. With a GPU: the
-prefix property, and the training step replayed whole equal to the MSDA group's, bit for bit."""
+prefix property, and the training step replayed whole (with ultralytics.rtdetr.loss_cuda_graph,
+its loss too) equal to the MSDA group's, bit for bit."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from turbo_physai.optimizations.common.graph_safe import NotRewritable  # noqa: 
 from turbo_physai.optimizations.common.ultralytics import denoising  # noqa: E402
 
 GROUP = "ultralytics.rtdetr.denoising_graph_safe"
-MSDA, GRAPHS = "ultralytics.rtdetr.msda", "ultralytics.rtdetr.cuda_graph"
+LOSS_GRAPH = "ultralytics.rtdetr.loss_cuda_graph"
+MSDA = "ultralytics.rtdetr.msda"
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 # box counts per image: empty images, one box, equal counts, more than num_denoising (100)
 COUNTS = [(3, 0, 2), (1,), (7, 7), (0, 0), (40, 1, 12, 5), (130, 2)]
@@ -183,12 +185,17 @@ def _steps(host, groups, steps):
 
 
 def test_on_the_cpu_the_training_step_is_the_msda_groups(no_network, deterministic):
+    from ultralytics.models.utils.loss import RTDETRDetectionLoss
+
     host = _host("cpu")
+    criterion = vars(RTDETRDetectionLoss)["forward"]
     want, _ = _steps(host, [MSDA], 1)
     with pytest.warns(RuntimeWarning, match="runs eagerly"):
-        got, stats = _steps(host, [GROUP], 1)
+        got, stats = _steps(host, [GROUP, LOSS_GRAPH], 1)
     assert all(torch.equal(a, b) for a, b in zip(got[0], want[0], strict=True))
     assert ". [training_predict]" not in stats  # the numbers are drawn on CUDA only
+    assert stats["criterion"]["eager"] == {"no CUDA tensor among the arguments": 1}
+    assert vars(RTDETRDetectionLoss)["forward"] is criterion  # rolled back
 
 
 @cuda
@@ -211,6 +218,22 @@ def test_the_training_step_replays_whole_and_equals_the_msda_groups(no_network, 
     training = stats[". [training_predict]"]
     assert [g["kind"] for g in training["graphs"]] == ["forward+backward"]
     assert training["failed"] == [] and training["eager"] == {} and training["replays"] == 3
+    for step, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), f"training step {step}"
+
+
+@cuda
+def test_the_training_step_with_its_loss_replays_whole_and_equals_the_msda_groups(
+        no_network, deterministic):
+    host = _host("cuda")
+    want, _ = _steps(host, [MSDA], 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, stats = _steps(host, [GROUP, LOSS_GRAPH], 3)
+    assert not [str(w.message) for w in caught if "turbo_physai cuda_graph" in str(w.message)]
+    for part in (". [training_predict]", "criterion"):
+        assert [g["kind"] for g in stats[part]["graphs"]] == ["forward+backward"], part
+        assert stats[part]["failed"] == [] and stats[part]["eager"] == {}, part
     for step, (a, b) in enumerate(zip(got, want, strict=True)):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), f"training step {step}"
 
@@ -243,6 +266,6 @@ def test_box_counts_past_max_graphs_run_eagerly_with_stocks_results(no_network, 
 
     want, _ = losses([MSDA])
     with pytest.warns(RuntimeWarning, match="max_graphs"):
-        got, stats = losses([GROUP])
+        got, stats = losses([GROUP, LOSS_GRAPH])
     assert [torch.equal(a, b) for a, b in zip(got, want, strict=True)] == [True] * len(want)
     assert len(stats[". [training_predict]"]["graphs"]) == 4

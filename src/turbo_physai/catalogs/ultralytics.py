@@ -9,13 +9,15 @@ function's code (``optimizations/common/ultralytics/msda.py``). ``ultralytics.rt
 inference replayed as CUDA graphs, and in training the layers before the decoder.
 ``ultralytics.rtdetr.loss_graph_safe``: the training loss without the host synchronizations that
 have an exact rewrite. ``ultralytics.rtdetr.denoising_graph_safe``: the denoising queries' class
-noise drawn before the training ``predict``, which is then captured whole. See
+noise drawn before the training ``predict``, which is then captured whole.
+``ultralytics.rtdetr.loss_cuda_graph``: the training loss captured too. See
 docs/catalogs/ultralytics.md.
 """
 
 from __future__ import annotations
 
 from ..engine.declarations import group, replace, wrap
+from ..optimizations.common.cuda_graph import capture_group
 
 #: The distributions whose code this catalog patches (`turbo-physai list` shows their releases).
 HOST_PACKAGES = ("ultralytics",)
@@ -69,4 +71,13 @@ RTDETR_DENOISING = group(
     compatibility_check="turbo_physai.optimizations.common.ultralytics.denoising.check",
 )
 
-GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH, RTDETR_LOSS, RTDETR_DENOISING)
+# The training loss (matching, the losses of every decoder output and of the denoising queries)
+# captured and replayed, forward and backward, after loss_graph_safe took its host waits out.
+# Its denoising indices are host tensors: a call with other values than the captured one's (an
+# image with more than num_denoising boxes draws them) runs eagerly (cuda_graph).
+RTDETR_LOSS_GRAPH = capture_group(
+    "ultralytics.rtdetr.loss_cuda_graph",
+    "ultralytics.models.utils.loss.RTDETRDetectionLoss.forward",
+    depends_on=("ultralytics.rtdetr.loss_graph_safe",))
+
+GROUPS = (RTDETR_MSDA, RTDETR_CUDA_GRAPH, RTDETR_LOSS, RTDETR_DENOISING, RTDETR_LOSS_GRAPH)
