@@ -193,6 +193,32 @@ def rewrite(function: Callable[..., Any], rules, helpers: Mapping[str, Any], *,
     return _like(rewritten, function)
 
 
+class _Once:
+    """A rule that counts its matches."""
+
+    def __init__(self, rule):
+        self.rule, self.count = rule, 0
+
+    def replace(self, node):
+        new = self.rule.replace(node)
+        self.count += new is not None
+        return new
+
+
+def rewrite_each_once(function: Callable[..., Any], rules, helpers: Mapping[str, Any],
+                      where: str) -> Callable[..., Any]:
+    """:func:`rewrite` with :class:`Template` ``rules`` that must each match exactly once in
+    ``function`` (``where`` names it), else :class:`NotRewritable` naming the first that does
+    not."""
+    counted = [_Once(rule) for rule in rules]
+    made = rewrite(function, counted, helpers)
+    for rule in counted:
+        if rule.count != 1:
+            raise NotRewritable(f"{where} holds `{rule.rule.patterns[0]}` {rule.count} times, "
+                                "not once")
+    return made
+
+
 def _listed(node) -> list:
     return node if isinstance(node, list) else [node]
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from ....engine.context import CompatibilityResult
 from .. import host_code
-from ..graph_safe import NotRewritable, Template, _no_options, check_targets, rewrite
+from ..graph_safe import Template, _no_options, check_targets, rewrite_each_once
 from .msda import EVIDENCE
 
 FUNCTION = "ultralytics.models.utils.ops.get_cdn_group"
@@ -98,23 +98,7 @@ def _labels(idx, num_classes, dn_cls):
 
 def rewritten(function: Callable[..., Any]) -> Callable[..., Any]:
     """``get_cdn_group`` with :data:`RULES` applied, each exactly once (else NotRewritable)."""
-    counted = [_Once(rule) for rule in RULES]
-    made = rewrite(function, counted, {_NOISE: _noise, _LABELS: _labels})
-    for rule in counted:
-        if rule.count != 1:
-            raise NotRewritable(f"get_cdn_group holds `{rule.rule.patterns[0]}` {rule.count} "
-                                "times, not once")
-    return made
-
-
-class _Once:
-    def __init__(self, rule):
-        self.rule, self.count = rule, 0
-
-    def replace(self, node):
-        new = self.rule.replace(node)
-        self.count += new is not None
-        return new
+    return rewrite_each_once(function, RULES, {_NOISE: _noise, _LABELS: _labels}, "get_cdn_group")
 
 
 def cdn_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):

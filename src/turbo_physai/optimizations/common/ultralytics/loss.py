@@ -29,7 +29,7 @@ from typing import Any
 
 from ....engine.context import CompatibilityResult
 from ....engine.paths import unwrap_descriptor
-from ..graph_safe import NotRewritable, Template, _no_options, check_targets, rewrite
+from ..graph_safe import NotRewritable, Template, _no_options, check_targets, rewrite_each_once
 
 _LSAP = "linear_sum_assignment"
 
@@ -53,18 +53,6 @@ MATCHER = (
 RULES = {"loss": (BOX_COUNTS,), "forward": MATCHER}
 
 
-class _Once:
-    """A rule that counts its matches."""
-
-    def __init__(self, rule):
-        self.rule, self.count = rule, 0
-
-    def replace(self, node):
-        new = self.rule.replace(node)
-        self.count += new is not None
-        return new
-
-
 def rewritten(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (``RTDETRDetectionModel.loss`` or ``HungarianMatcher.forward``) with its
     rules applied; :class:`NotRewritable` unless each rule matched exactly once."""
@@ -73,13 +61,8 @@ def rewritten(function: Callable[..., Any]) -> Callable[..., Any]:
         raise NotRewritable(f"{function!r}: not a function this group rewrites")
     from ....ops import linear_sum_assignment
 
-    rules = [_Once(r) for r in RULES[name]]
-    made = rewrite(function, rules, {_LSAP: linear_sum_assignment})
-    for rule in rules:
-        if rule.count != 1:
-            raise NotRewritable(f"{unwrap_descriptor(function).__qualname__} holds "
-                                f"`{rule.rule.patterns[0]}` {rule.count} times, not once")
-    return made
+    return rewrite_each_once(function, RULES[name], {_LSAP: linear_sum_assignment},
+                             unwrap_descriptor(function).__qualname__)
 
 
 def loss_wrapper(original: Callable[..., Any], options: Mapping[str, Any]):
