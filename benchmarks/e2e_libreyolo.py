@@ -18,7 +18,9 @@ CPU; the Hub provider needs the network and the ``kernels`` package, absent here
 same model under ``turbo_physai.apply("turbo_physai.libreyolo")``. Figures: median and minimum
 of synchronized wall times of inference (eval, ``no_grad``) and of a training step (train mode:
 forward, backward of ``logits.square().mean() + boxes.sum()``, no optimizer step), the provider
-each side's slot resolved to, and the largest output difference in eval mode.
+each side's slot resolved to, and the largest output difference in eval mode; on CUDA also the
+GPU busy time of one call of each (``gpu_profile``) and, with ``--cuda-graph``, what the capture
+did (graphs, failed captures, eager calls and why).
 ``--compile MODE`` adds both sides under ``torch.compile(model, mode=MODE)``: LibreYOLO switches
 its slot off while compiling (grid_sample in the graph); our family groups keep our op there.
 ``--compile-backend aot_eager`` traces without code generation (MODE ignored): with ``--quick``,
@@ -41,8 +43,10 @@ import libreyolo.kernels as registry
 import torch
 from e2e_deformable_detr import first_call_s, times_ms  # one timing loop for the e2e scripts
 from e2e_hosts import ours_config
+from gpu_profile import gpu_kernels
 
 import turbo_physai
+from turbo_physai.optimizations.common import cuda_graph
 
 CONFIG = "turbo_physai.libreyolo"
 
@@ -120,6 +124,11 @@ def measure(model, start_state, pixels, device, reps, compile_options):
     _, figures["train_step_first_call_s"] = first_call_s(train_step, device)
     for key, fn in (("inference", infer), ("train_step", train_step)):
         figures[f"{key}_ms"], figures[f"{key}_min_ms"] = times_ms(fn, device, reps)
+        figures[f"{key}_gpu_busy_ms"] = gpu_kernels(fn, device)["busy_ms"]
+    graphs = cuda_graph.stats(model)
+    if graphs:  # where a capture failed or a call ran eagerly, and why
+        figures["cuda_graph"] = {path: {"graphs": len(s["graphs"]), "failed": s["failed"],
+                                        "eager": s["eager"]} for path, s in graphs.items()}
     return figures, [out["pred_logits"].float(), out["pred_boxes"].float()]
 
 
