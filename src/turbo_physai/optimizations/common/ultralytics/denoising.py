@@ -29,6 +29,8 @@ arguments, are validated code (``validated.json``); the rewritten statement chec
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping
@@ -37,12 +39,13 @@ from typing import Any
 from ....engine.context import CompatibilityResult
 from .. import host_code
 from ..graph_safe import Template, _no_options, check_targets, rewrite_each_once
-from .msda import EVIDENCE
+from . import msda
 
 FUNCTION = "ultralytics.models.utils.ops.get_cdn_group"
 #: Code relied on as it is: the head passes get_cdn_group the settings :func:`noise_size` reads.
 RELIES_ON = ("ultralytics.nn.modules.head.RTDETRDecoder.forward",)
-_EVIDENCE = host_code.Evidence(EVIDENCE.package, EVIDENCE.file, EVIDENCE.validate, RELIES_ON)
+#: The MSDA group's table, with the head's forward required too (``msda record`` records it).
+EVIDENCE = dataclasses.replace(msda.EVIDENCE, relies_on=RELIES_ON)
 
 _NOISE, _LABELS = "_turbo_physai_noise", "_turbo_physai_labels"
 RULES = (
@@ -59,22 +62,15 @@ RULES = (
 _given = threading.local()  # .noise: (device tensor, relabels) for the get_cdn_group call
 
 
-class _Given:
+@contextlib.contextmanager
+def given(noise, relabels: bool):
     """While active, get_cdn_group takes its mask's numbers from ``noise``."""
-
-    def __init__(self, noise, relabels: bool):
-        self.noise, self.relabels = noise, relabels
-
-    def __enter__(self):
-        self.saved = getattr(_given, "noise", None)
-        _given.noise = (self.noise, self.relabels)
-
-    def __exit__(self, *exc):
-        _given.noise = self.saved
-
-
-def given(noise, relabels: bool) -> _Given:
-    return _Given(noise, relabels)
+    saved = getattr(_given, "noise", None)
+    _given.noise = (noise, relabels)
+    try:
+        yield
+    finally:
+        _given.noise = saved
 
 
 def _noise(dn_cls):
@@ -193,7 +189,7 @@ def prefix_holds(device, size: int, num_classes: int, dtype) -> bool:
 def check(context) -> CompatibilityResult:
     """compatibility_check: get_cdn_group and the head's forward are validated code, and
     get_cdn_group holds the four statements, each once."""
-    validated = host_code.check(context, _EVIDENCE)
+    validated = host_code.check(context, EVIDENCE)
     if not validated.compatible:
         return validated
     return check_targets(context, rewritten, "RT-DETR's get_cdn_group with its host-drawn "

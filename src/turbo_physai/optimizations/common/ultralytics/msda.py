@@ -35,8 +35,7 @@ if __name__ == "__main__":
     import sys
 
     from ....catalogs import ultralytics as catalog
-    from .denoising import RELIES_ON
+    from . import denoising
 
-    if sys.argv[1:] != ["record"]:
-        sys.exit(f"usage: python -m {__spec__.name} record")
-    host_code.record(EVIDENCE, [*host_code.targets(catalog.GROUPS), *RELIES_ON])
+    # the same table; the denoising group's evidence also records the head's forward it reads
+    host_code.main(denoising.EVIDENCE, catalog.GROUPS, sys.argv[1:])
